@@ -1,0 +1,174 @@
+"""Typed, frozen configs for every trainer component.
+
+Each component takes only its own config. Values are validated once, here, when the config
+is built; derived values come from functions (never from editing a config after the fact).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Frozen(BaseModel):
+    """Base for all configs: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# Named model sizes. `tiny` matches the reference GRPO benchmark shape (2 layers, 128 wide, 4 heads).
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 128},
+    "small": {"n_layer": 4, "n_head": 4, "n_embd": 256},
+    "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},
+}
+
+
+class ModelConfig(Frozen):
+    """GPT shape. `size` fills n_layer/n_head/n_embd unless they are given explicitly."""
+
+    size: Literal["tiny", "small", "gpt2", "custom"] = "tiny"
+    n_layer: int = Field(2, ge=1)
+    n_head: int = Field(4, ge=1)
+    n_embd: int = Field(128, ge=8)
+    block_size: int = Field(256, ge=16, description="max tokens in BOS+prompt+SEP+completion+EOS")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    gradient_checkpointing: bool = False
+    compile: bool = Field(False, description="torch.compile the training forward (CUDA cc>=7 only)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_named_size(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            size = data.get("size", "tiny")
+            if size in MODEL_SIZES:
+                data = {**MODEL_SIZES[size], **data}
+        return data
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
+
+
+class DataConfig(Frozen):
+    """Where (prompt, target) pairs come from."""
+
+    source: Literal["generated", "pgn", "jsonl"] = "generated"
+    path: str | None = Field(None, description="file for source=pgn or jsonl")
+    seed: int = 0
+    eval_seed: int = Field(1_000_003, description="seed of the held-out set; disjoint from `seed`")
+    min_plies: int = Field(1, ge=0)
+    max_plies: int = Field(4, ge=0)
+    natural: bool = Field(False, description="weight moves toward more natural play")
+    eval_size: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> DataConfig:
+        if self.min_plies > self.max_plies:
+            raise ValueError(f"min_plies ({self.min_plies}) must be <= max_plies ({self.max_plies})")
+        if self.source != "generated" and not self.path:
+            raise ValueError(f"source={self.source!r} needs data.path")
+        if self.eval_seed == self.seed:
+            raise ValueError("eval_seed must differ from seed (the held-out set must be disjoint)")
+        return self
+
+
+class SamplingConfig(Frozen):
+    """Generation of K completions per prompt."""
+
+    group_size: int = Field(8, ge=1, description="K: completions per prompt")
+    max_new_tokens: int = Field(96, ge=1)
+    temperature: float = Field(1.0, gt=0.0)
+    top_k: int | None = Field(None, ge=1)
+    use_kv_cache: bool = True
+    prompts_per_microbatch: int = Field(4, ge=1, description="prompts sampled together; scored while the next is sampled")
+    compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
+    cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
+
+
+class GRPOConfig(Frozen):
+    """The GRPO objective."""
+
+    steps: int = Field(100, ge=0)
+    prompts_per_step: int = Field(8, ge=1)
+    scale: Literal["group", "batch", "none"] = "group"
+    eps: float = Field(1e-6, gt=0.0)
+    zero_var_groups: Literal["drop", "keep"] = "drop"
+    zero_var_tol: float = Field(1e-6, ge=0.0)
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: float = Field(0.28, ge=0.0)
+    beta: float = Field(0.04, ge=0.0, description="KL coefficient; 0 builds no reference model")
+    ref_on_cpu: bool = Field(False, description="keep the reference model on CPU between forward passes")
+    loss_agg: Literal["token", "sequence", "constant"] = "token"
+    loss_constant: int | None = Field(None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)")
+    passes: int = Field(1, ge=1, description="optimisation passes over one rollout")
+    on_unusable_reward: Literal["drop_group", "fail"] = Field(
+        "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
+    )
+    eval_every: int = Field(20, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOConfig:
+        if self.clip_low > self.clip_high:
+            raise ValueError(f"clip_low ({self.clip_low}) must be <= clip_high ({self.clip_high})")
+        if self.loss_constant is not None and self.loss_agg != "constant":
+            raise ValueError("loss_constant is only used with loss_agg='constant'")
+        return self
+
+
+class SFTConfig(Frozen):
+    """Supervised warm start on (prompt -> target) pairs."""
+
+    steps: int = Field(200, ge=0)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    warmup_steps: int = Field(20, ge=0)
+
+
+class OptimConfig(Frozen):
+    """AdamW for the GRPO phase, clipping and the non-finite guard."""
+
+    lr: float = Field(1e-4, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    max_consecutive_skips: int = Field(5, ge=1, description="stop the run after this many non-finite steps in a row")
+
+
+class PrecisionConfig(Frozen):
+    """Numerics: bf16 = autocast to bfloat16 with fp32 master weights and no GradScaler."""
+
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    tf32: bool = Field(True, description="TF32 matmuls on CUDA")
+
+
+class CheckpointConfig(Frozen):
+    every_steps: int = Field(50, ge=1)
+    keep_last: int = Field(3, ge=1)
+
+
+class TrainerConfig(Frozen):
+    """Everything the single-process trainer needs (the service adds reward, pool, scaling, run)."""
+
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    grpo: GRPOConfig = GRPOConfig()
+    sft: SFTConfig = SFTConfig()
+    optim: OptimConfig = OptimConfig()
+    precision: PrecisionConfig = PrecisionConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="after")
+    def _check_cross(self) -> TrainerConfig:
+        if self.sampling.group_size < 2 and self.grpo.steps > 0:
+            # The group mean is subtracted in every scale, so one completion per prompt has advantage 0.
+            raise ValueError("sampling.group_size must be >= 2 for GRPO: with K=1 every advantage is 0")
+        if self.sampling.cuda_graphs and not self.sampling.compile:
+            raise ValueError("sampling.cuda_graphs needs sampling.compile=true")
+        return self

@@ -1,0 +1,73 @@
+"""How the trainer receives rewards, without knowing who computes them.
+
+The trainer never imports `rewards/` or Ray. It is handed a `RewardSource`: `submit` a chunk of
+completions as soon as it is sampled (returning at once when scoring runs elsewhere, so that
+scoring overlaps the next micro-batch's sampling), then `collect` every ticket of the step.
+`InlineRewards` adapts a plain callable for single-process use and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Rewards:
+    """Scores of N items, in submission order."""
+
+    values: list[float]  # [N] total reward; meaningful only where usable
+    usable: list[bool]  # [N] False: no reward (timeout, error); the item's group is unusable
+    statuses: list[str]  # [N] scorer status per item ("ok", "invalid", "timeout", "error", ...)
+    stats: dict[str, float] = field(default_factory=dict)  # scorer-side metrics merged into the step's
+
+    def __post_init__(self) -> None:
+        if not (len(self.values) == len(self.usable) == len(self.statuses)):
+            raise ValueError("Rewards fields must all have one entry per item")
+
+    @staticmethod
+    def concat(parts: Sequence[Rewards]) -> Rewards:
+        stats: dict[str, float] = {}
+        for p in parts:
+            for k, v in p.stats.items():
+                stats[k] = stats.get(k, 0.0) + v
+        return Rewards(
+            values=[v for p in parts for v in p.values],
+            usable=[u for p in parts for u in p.usable],
+            statuses=[s for p in parts for s in p.statuses],
+            stats=stats,
+        )
+
+
+class RewardSource(Protocol):
+    def submit(self, completions: list[str], targets: list[str]) -> Any:
+        """Queue a chunk for scoring; returns a ticket. May return before scoring is done."""
+        ...
+
+    def collect(self, tickets: list[Any], timeout_s: float | None = None) -> Rewards:
+        """All tickets' rewards, concatenated in ticket order."""
+        ...
+
+
+# A plain scorer: (completions, targets) -> one float per item, or a full `Rewards`.
+ScoreFn = Callable[[list[str], list[str]], "Sequence[float] | Rewards"]
+
+
+class InlineRewards:
+    """Scores synchronously inside `submit` (serial scoring: no overlap with sampling)."""
+
+    def __init__(self, score_fn: ScoreFn):
+        self._score_fn = score_fn
+
+    def submit(self, completions: list[str], targets: list[str]) -> Rewards:
+        out = self._score_fn(completions, targets)
+        if isinstance(out, Rewards):
+            return out
+        values = [float(v) for v in out]
+        if len(values) != len(completions):
+            raise ValueError(f"scorer returned {len(values)} rewards for {len(completions)} completions")
+        return Rewards(values=values, usable=[True] * len(values), statuses=["ok"] * len(values))
+
+    def collect(self, tickets: list[Rewards], timeout_s: float | None = None) -> Rewards:
+        return Rewards.concat(tickets)
