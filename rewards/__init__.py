@@ -1,0 +1,52 @@
+"""Pure reward functions for the FEN task and user rewards (python-chess + Levenshtein; no Ray, no torch).
+
+from rewards import score, score_batch
+score("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", target).total
+"""
+
+from rewards.config import RewardConfig, UserRewardSpec
+from rewards.registry import (
+    RewardSpecError,
+    register_reward,
+    registered_rewards,
+    resolve_reward,
+    unregister_reward,
+)
+from rewards.result import (
+    BAD_INPUT,
+    ERROR,
+    INVALID,
+    OK,
+    STATUSES,
+    TIMEOUT,
+    TOO_LONG,
+    UNPARSABLE,
+    USABLE_STATUSES,
+    ScoreResult,
+)
+from rewards.scorer import Scorer, build_scorer, default_scorer, score, score_batch
+
+__all__ = [
+    "BAD_INPUT",
+    "ERROR",
+    "INVALID",
+    "OK",
+    "STATUSES",
+    "TIMEOUT",
+    "TOO_LONG",
+    "UNPARSABLE",
+    "USABLE_STATUSES",
+    "RewardConfig",
+    "RewardSpecError",
+    "ScoreResult",
+    "Scorer",
+    "UserRewardSpec",
+    "build_scorer",
+    "default_scorer",
+    "register_reward",
+    "registered_rewards",
+    "resolve_reward",
+    "score",
+    "score_batch",
+    "unregister_reward",
+]

@@ -1,0 +1,63 @@
+"""Configuration of the composite reward: weights, the length cap, the cache and user rewards."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Names of the built-in components; a user reward may not take one of them.
+BUILTIN_COMPONENTS: tuple[str, ...] = ("validity", "similarity", "exact")
+
+# "package.module:function" (the attribute may be dotted: "pkg.mod:Class.method").
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+IMPORT_SPEC = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+# A bare identifier names a function given to `rewards.register_reward` in this process.
+REGISTERED_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+SPEC_HELP = (
+    "expected 'package.module:function' (importable in every reward worker) "
+    "or a bare name given to rewards.register_reward(name, fn)"
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class UserRewardSpec(_Frozen):
+    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`."""
+
+    fn: str = Field(description="'package.module:function', or a name given to register_reward")
+    weight: float = 1.0
+
+    @field_validator("fn")
+    @classmethod
+    def _check_fn(cls, value: str) -> str:
+        if not (IMPORT_SPEC.match(value) or REGISTERED_NAME.match(value)):
+            raise ValueError(f"user reward fn {value!r}: {SPEC_HELP}")
+        if value in BUILTIN_COMPONENTS:
+            raise ValueError(
+                f"user reward fn {value!r} clashes with a built-in component {BUILTIN_COMPONENTS}"
+            )
+        return value
+
+
+class RewardConfig(_Frozen):
+    """Weights of the components and limits. Default weights sum to 1, so totals lie in [0, 1]."""
+
+    validity_weight: float = 0.25
+    similarity_weight: float = 0.5
+    exact_weight: float = 0.25
+    max_chars: int = Field(512, ge=1, description="longer completions (after strip) score 0 as too_long")
+    cache_size: int = Field(65536, ge=0, description="validity memo entries in score_batch; 0 disables it")
+    user: list[UserRewardSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_unique_user(self) -> RewardConfig:
+        seen: set[str] = set()
+        for spec in self.user:
+            if spec.fn in seen:
+                raise ValueError(f"user reward {spec.fn!r} is listed twice")
+            seen.add(spec.fn)
+        return self

@@ -1,0 +1,164 @@
+"""The composite scorer: validity + similarity + exact match + user rewards, weighted.
+
+`Scorer.score` is the reference, written straight from the formula. `Scorer.score_batch` is the
+fast path and returns exactly what `score` returns item by item: it memoises the validity tier
+of repeated completions (an exact hit shares its entry with the target, so the target is parsed
+once per batch, not once per completion) in a bounded LRU that lives as long as the scorer.
+Both cap the length before any parse or quadratic work, and neither ever raises on bad data.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+from rewards.config import BUILTIN_COMPONENTS, RewardConfig
+from rewards.fen import fen_validity, similarity
+from rewards.registry import RewardFn, resolve_reward
+from rewards.result import BAD_INPUT, ERROR, TOO_LONG, ScoreResult
+
+ValidityFn = Callable[[str], tuple[float, str]]
+
+
+class UserReward(NamedTuple):
+    name: str  # component name: the spec string as configured
+    weight: float
+    fn: RewardFn
+
+
+class UserRewardError(Exception):
+    """A user reward raised or returned something other than a finite number."""
+
+
+class Scorer:
+    """Scores completions against target FENs with one `RewardConfig`."""
+
+    def __init__(self, config: RewardConfig | None = None):
+        if config is not None and not isinstance(config, RewardConfig):
+            raise TypeError(
+                f"config must be a RewardConfig (build_scorer takes a mapping), got {type(config).__name__}"
+            )
+        self.config = config if config is not None else RewardConfig()
+        self._user = tuple(UserReward(s.fn, s.weight, resolve_reward(s.fn)) for s in self.config.user)
+        self._init_cache()
+
+    @classmethod
+    def _with_resolved(cls, config: RewardConfig, user: tuple[UserReward, ...]) -> Scorer:
+        """Rebuild after unpickling, keeping the functions resolved where the scorer was built."""
+        scorer = cls.__new__(cls)
+        scorer.config, scorer._user = config, user
+        scorer._init_cache()
+        return scorer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The LRU wrapper cannot be pickled; the cache is rebuilt empty on the other side.
+        return (Scorer._with_resolved, (self.config, self._user))
+
+    def _init_cache(self) -> None:
+        size = self.config.cache_size
+        self._cached_validity: ValidityFn = (
+            functools.lru_cache(maxsize=size)(fen_validity) if size else fen_validity
+        )
+
+    @property
+    def component_names(self) -> list[str]:
+        """Names of the components of an `ok` / `invalid` / `unparsable` / `too_long` result."""
+        return [*BUILTIN_COMPONENTS, *(u.name for u in self._user)]
+
+    def cache_info(self) -> dict[str, int]:
+        """Hits, misses and current size of the validity memo (all 0 when it is disabled)."""
+        info = getattr(self._cached_validity, "cache_info", None)
+        if info is None:
+            return {"hits": 0, "misses": 0, "size": 0}
+        ci = info()
+        return {"hits": ci.hits, "misses": ci.misses, "size": ci.currsize}
+
+    def score(self, completion: Any, target: Any) -> ScoreResult:
+        """Score one completion (the reference path: no memo)."""
+        return self._score_one(completion, target, fen_validity)
+
+    def score_batch(self, completions: Iterable[Any], targets: Iterable[Any]) -> list[ScoreResult]:
+        """Score item i of `completions` against item i of `targets`; same results as `score`."""
+        completions, targets = _as_list(completions, "completions"), _as_list(targets, "targets")
+        if len(completions) != len(targets):
+            raise ValueError(
+                f"score_batch needs one target per completion: got {len(completions)} completions "
+                f"and {len(targets)} targets"
+            )
+        validity = self._cached_validity
+        return [self._score_one(c, t, validity) for c, t in zip(completions, targets, strict=True)]
+
+    def _score_one(self, completion: Any, target: Any, validity_fn: ValidityFn) -> ScoreResult:
+        if not isinstance(completion, str) or not isinstance(target, str):
+            which = "completion" if not isinstance(completion, str) else "target"
+            bad = completion if which == "completion" else target
+            return ScoreResult.failed(BAD_INPUT, f"{which} must be a str, got {type(bad).__name__}")
+        try:
+            return self._score_str(completion.strip(), target, validity_fn)
+        except UserRewardError as exc:
+            return ScoreResult.failed(ERROR, str(exc))
+        except Exception as exc:  # a scorer bug must surface as a counted error, never a crash or a 0
+            return ScoreResult.failed(ERROR, f"scoring failed: {type(exc).__name__}: {exc}")
+
+    def _score_str(self, c: str, target: str, validity_fn: ValidityFn) -> ScoreResult:
+        cfg = self.config
+        if len(c) > cfg.max_chars:
+            zeros = dict.fromkeys(self.component_names, 0.0)
+            return ScoreResult(0.0, zeros, TOO_LONG, f"{len(c)} chars > max_chars={cfg.max_chars}")
+        validity, status = validity_fn(c)
+        sim = similarity(c, target)
+        exact = 1.0 if c == target else 0.0
+        components = {"validity": validity, "similarity": sim, "exact": exact}
+        total = cfg.validity_weight * validity + cfg.similarity_weight * sim + cfg.exact_weight * exact
+        for user in self._user:
+            value = _call_user(user, c, target)
+            components[user.name] = value
+            total += user.weight * value
+        return ScoreResult(total, components, status)
+
+
+def _call_user(user: UserReward, completion: str, target: str) -> float:
+    try:
+        value = user.fn(completion, target)
+    except Exception as exc:
+        raise UserRewardError(f"user reward {user.name!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(value, numbers.Real):
+        raise UserRewardError(
+            f"user reward {user.name!r} returned {type(value).__name__} {value!r:.80}, not a number"
+        )
+    value = float(value)
+    if not math.isfinite(value):
+        raise UserRewardError(f"user reward {user.name!r} returned non-finite {value}")
+    return value
+
+
+def _as_list(items: Iterable[Any], name: str) -> list[Any]:
+    if isinstance(items, str | bytes):
+        raise TypeError(f"{name} must be a sequence of str, got a single {type(items).__name__}")
+    return items if isinstance(items, list) else list(items)
+
+
+def build_scorer(config: RewardConfig | Mapping[str, Any] | None = None) -> Scorer:
+    """A `Scorer` from a config, a plain mapping of config fields, or None (defaults)."""
+    if config is not None and not isinstance(config, RewardConfig):
+        config = RewardConfig.model_validate(config)
+    return Scorer(config)
+
+
+@functools.cache
+def default_scorer() -> Scorer:
+    """The process-wide scorer with the default config (built on first use, not at import)."""
+    return Scorer()
+
+
+def score(completion: Any, target: Any) -> ScoreResult:
+    """Score one completion with the default config."""
+    return default_scorer().score(completion, target)
+
+
+def score_batch(completions: Iterable[Any], targets: Iterable[Any]) -> list[ScoreResult]:
+    """Score a batch with the default config (memoised fast path)."""
+    return default_scorer().score_batch(completions, targets)
