@@ -116,6 +116,8 @@ class GRPOConfig(Frozen):
             raise ValueError(f"clip_low ({self.clip_low}) must be <= clip_high ({self.clip_high})")
         if self.loss_constant is not None and self.loss_agg != "constant":
             raise ValueError("loss_constant is only used with loss_agg='constant'")
+        if self.ref_on_cpu and self.beta == 0:
+            raise ValueError("ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false")
         return self
 
 

@@ -1,0 +1,171 @@
+"""The single-process Trainer: GRPO steps end to end, the guard, dropped groups, evaluation."""
+
+import math
+
+import pytest
+import torch
+
+from trainer.chess_data import Pair
+from trainer.config import TrainerConfig
+from trainer.engine import Trainer
+from trainer.grpo_batch import RewardFailure
+from trainer.optim import NonFiniteStepsError
+from trainer.scoring import InlineRewards, Rewards
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Tiny matmuls: threads only add contention (the machine may be shared); results do not change.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
+
+
+def small_cfg(optim=None, **grpo) -> TrainerConfig:
+    return TrainerConfig.model_validate(
+        {
+            "seed": 0,
+            "sampling": {"group_size": 4, "max_new_tokens": 6, "prompts_per_microbatch": 2},
+            "grpo": {"prompts_per_step": 4, **grpo},
+            "optim": {"lr": 1e-3, **(optim or {})},
+        }
+    )
+
+
+def char_match(completions, targets):
+    """Fraction of target characters matched position by position."""
+    return [
+        sum(a == b for a, b in zip(c, t, strict=False)) / len(t)
+        for c, t in zip(completions, targets, strict=True)
+    ]
+
+
+EXPECTED_KEYS = {
+    "reward_mean", "loss", "kl", "entropy", "clip_frac", "zero_var_frac", "dropped_groups", "skipped",
+    "grad_norm", "lr", "sample_s", "reward_wait_s", "update_s", "step_time_s", "completions", "tokens",
+}  # fmt: skip
+
+
+def test_grpo_step_reports_every_metric():
+    trainer = Trainer(small_cfg())
+    m = trainer.grpo_step(PAIRS, InlineRewards(char_match))
+    assert EXPECTED_KEYS <= set(m)
+    assert m["completions"] == 16 and 16 <= m["tokens"] <= 16 * 6
+    assert all(math.isfinite(v) for k, v in m.items() if k != "entropy")
+    assert m["kl"] == pytest.approx(0.0, abs=1e-6)  # the reference is the policy before this step
+    assert m["clip_frac"] == 0.0  # one pass: ratio is exactly 1
+    assert trainer.grpo_steps == 1
+
+
+def test_no_reference_model_when_beta_is_zero():
+    trainer = Trainer(small_cfg(beta=0.0))
+    trainer.grpo_step(PAIRS, InlineRewards(char_match))
+    assert trainer.ref_model is None
+    with_ref = Trainer(small_cfg(beta=0.1))
+    with_ref.grpo_step(PAIRS, InlineRewards(char_match))
+    assert with_ref.ref_model is not None and not any(
+        p.requires_grad for p in with_ref.ref_model.parameters()
+    )
+
+
+def test_kl_grows_from_zero_and_several_passes_clip():
+    trainer = Trainer(small_cfg(beta=0.1, passes=3))
+    first = trainer.grpo_step(PAIRS, InlineRewards(char_match))
+    second = trainer.grpo_step(PAIRS, InlineRewards(char_match))
+    assert second["kl"] > 0  # the policy moved away from the reference in step 1
+    assert first["clip_frac"] >= 0 and trainer.optimizer("grpo").steps == 6
+
+
+def _params(trainer):
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def test_nonfinite_rewards_skip_the_update_then_stop_the_run():
+    trainer = Trainer(small_cfg(optim={"max_consecutive_skips": 2}))
+    trainer.grpo_step(PAIRS, InlineRewards(char_match))  # a real step: moments exist
+    opt = trainer.optimizer("grpo")
+    before = _params(trainer)
+    moments = {k: v.clone() for k, v in opt.optimizer.state[trainer.model.lm_head.weight].items()}
+    nan_scorer = InlineRewards(lambda c, t: [float("nan") if i % 2 else 0.0 for i in range(len(c))])
+    m = trainer.grpo_step(PAIRS, nan_scorer)
+    assert m["skipped"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(trainer), strict=True))
+    after = opt.optimizer.state[trainer.model.lm_head.weight]
+    assert all(torch.equal(moments[k], after[k]) for k in moments)
+    with pytest.raises(NonFiniteStepsError, match="2 optimiser steps in a row"):
+        trainer.grpo_step(PAIRS, nan_scorer)
+
+
+def _rewards_with_unusable(completions, targets):
+    values = char_match(completions, targets)
+    usable = [t != "cd" for t in targets]  # the group of pair 1 timed out
+    statuses = ["ok" if u else "timeout" for u in usable]
+    return Rewards(values=values, usable=usable, statuses=statuses)
+
+
+def test_unusable_reward_drops_its_group_or_fails():
+    trainer = Trainer(small_cfg(zero_var_groups="keep"))
+    m = trainer.grpo_step(PAIRS, InlineRewards(_rewards_with_unusable))
+    assert m["dropped_groups"] == 1 and m["unusable_groups"] == 1
+    failing = Trainer(small_cfg(on_unusable_reward="fail"))
+    with pytest.raises(RewardFailure, match="1 of 4 groups"):
+        failing.grpo_step(PAIRS, InlineRewards(_rewards_with_unusable))
+
+
+def test_all_groups_dropped_makes_no_optimiser_step():
+    trainer = Trainer(small_cfg())
+    before = _params(trainer)
+    m = trainer.grpo_step(PAIRS, InlineRewards(lambda c, t: [0.5] * len(c)))  # zero variance everywhere
+    assert m["zero_var_frac"] == 1.0 and m["dropped_groups"] == 4 and m["empty_update"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(trainer), strict=True))
+    assert trainer.optimizer("grpo").steps == 0
+
+
+@pytest.mark.parametrize("agg", ["token", "sequence", "constant"])
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_every_aggregation_and_scale_trains(agg, scale):
+    trainer = Trainer(small_cfg(loss_agg=agg, scale=scale))
+    before = _params(trainer)
+    m = trainer.grpo_step(PAIRS, InlineRewards(char_match))
+    assert math.isfinite(m["loss"]) and m["skipped"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, _params(trainer), strict=True))
+
+
+def starts_with_e(completions, targets):
+    return [1.0 if c.startswith("e") else 0.0 for c in completions]
+
+
+def test_grpo_raises_mean_reward_of_a_tiny_policy():
+    cfg = TrainerConfig.model_validate(
+        {
+            "seed": 0,
+            "sampling": {"group_size": 8, "max_new_tokens": 2, "prompts_per_microbatch": 8},
+            "grpo": {"beta": 0.0, "prompts_per_step": 8},
+            "optim": {"lr": 3e-3},
+        }
+    )
+    trainer = Trainer(cfg)
+    pairs = [Pair(p, "e") for p in ["e4", "d4", "c4", "Nf3", "g3", "b3", "f4", "a3"]]
+    rewards = [trainer.grpo_step(pairs, InlineRewards(starts_with_e))["reward_mean"] for _ in range(20)]
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
+    assert first < 0.3  # about 1 in vocab_size completions starts with "e" at first
+    assert last > first + 0.4, rewards
+
+
+def test_evaluate_scores_greedy_completions():
+    trainer = Trainer(small_cfg())
+    out = trainer.evaluate(PAIRS, char_match, n_samples=2)
+    assert set(out) >= {"exact_match", "valid_rate", "reward_mean", "samples"}
+    assert out["valid_rate"] is None and out["count"] == 4 and len(out["samples"]) == 2
+    again = trainer.evaluate(PAIRS, _rewards_with_unusable, n_samples=1)
+    assert again["valid_rate"] == 0.75
+    assert out["samples"][0]["completion"] == again["samples"][0]["completion"]  # greedy: deterministic
+
+
+def test_shard_must_divide():
+    trainer = Trainer(small_cfg())
+    assert trainer.local_share(PAIRS) == PAIRS

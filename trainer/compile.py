@@ -1,0 +1,57 @@
+"""torch.compile behind a capability check: CUDA with compute capability >= 7, else eager.
+
+Asking for compilation where it is not supported is not an error: the caller gets the eager
+function back and one warning per reason is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+F = TypeVar("F", bound=Callable)
+
+
+def compile_unsupported_reason(device: torch.device | str) -> str | None:
+    """Why torch.compile is not used on `device`, or None when it is supported."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return f"device {device.type!r} is not CUDA"
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 7:
+        return f"compute capability {major}.{minor} < 7.0"
+    return None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
+
+def maybe_compile(
+    fn: F,
+    *,
+    device: torch.device | str,
+    enabled: bool,
+    what: str,
+    mode: str | None = None,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+) -> F:
+    """`torch.compile(fn, ...)` when enabled and supported on `device`; `fn` itself otherwise."""
+    if not enabled:
+        return fn
+    reason = compile_unsupported_reason(device)
+    if reason is not None:
+        _warn_once(f"torch.compile requested for {what} but {reason}: running eagerly")
+        return fn
+    return torch.compile(fn, mode=mode, fullgraph=fullgraph, dynamic=dynamic)

@@ -1,0 +1,298 @@
+"""The single-process trainer: SFT steps, GRPO steps, evaluation and resumable state.
+
+One object per process. Under torch.distributed with more than one rank it wraps the model in
+DDP itself; each rank then takes its contiguous share of a step's pairs (`trainer.distributed.shard`)
+and loss normalisers are summed over ranks, so W ranks x B/W pairs make the same update as one
+rank x B pairs. Sampling and evaluation use the unwrapped module.
+
+Host syncs: each step moves its metrics to the host once (`DeviceMetrics.to_host`). Timings need
+the device to have finished a phase, so on CUDA a GRPO step synchronises at its phase boundaries
+(after sampling, after the reference pass, after the update) and nowhere else; on CPU these are free.
+Sampling itself reads tokens on the host to decode them for the scorer, which is a sync by nature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer.compile import maybe_compile
+from trainer.config import TrainerConfig
+from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
+from trainer.evaluation import normalise_scores, summarise_eval
+from trainer.grpo_batch import GroupSelection, select_groups
+from trainer.grpo_update import GRPOUpdate
+from trainer.logprobs import completion_logprobs
+from trainer.metrics import DeviceMetrics, PhaseTimer
+from trainer.model import GPT
+from trainer.optim import GuardedOptimizer
+from trainer.precision import Precision, configure_tf32
+from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
+from trainer.rollout import Rollout
+from trainer.sampler import completions_text, generate
+from trainer.scoring import Rewards, RewardSource
+from trainer.sft import build_sft_batch, sft_loss_sum
+from trainer.tokenizer import TOKENIZER
+
+EVAL_PROMPTS_PER_BATCH = 64
+
+
+def _resolve_device(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class Trainer:
+    """SFT and GRPO on one GPT, on one device (one rank of a DDP group when distributed)."""
+
+    def __init__(self, cfg: TrainerConfig, device: torch.device | str = "cpu", tokenizer=None) -> None:
+        self.cfg = cfg
+        self.device = _resolve_device(device)
+        self.tokenizer = tokenizer if tokenizer is not None else TOKENIZER
+        self.rank, self.world = rank_and_world()
+        configure_tf32(cfg.precision, self.device)
+        self.precision = Precision(cfg.precision, self.device)
+        with torch.random.fork_rng(devices=[]):  # initial weights from cfg.seed, global RNG untouched
+            torch.manual_seed(cfg.seed)
+            model = GPT(cfg.model, self.tokenizer.vocab_size)
+        self.model: GPT = model.to(self.device)
+        wrapped: nn.Module = self.model
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            wrapped = DistributedDataParallel(self.model, device_ids=ids)
+        self.ddp = wrapped if self.world > 1 else None
+        self.train_model = maybe_compile(
+            wrapped, device=self.device, enabled=cfg.model.compile, what="the training forward", dynamic=True
+        )
+        self.ref_model: GPT | None = None  # built at the first GRPO step when grpo.beta > 0
+        self.sample_generator = torch.Generator(device=self.device)
+        self.optimizers: dict[str, GuardedOptimizer] = {}
+        self.sft_steps = 0
+        self.grpo_steps = 0
+
+    # ----------------------------------------------------------------- building blocks
+    def optimizer(self, phase: str) -> GuardedOptimizer:
+        """The phase's optimiser ('sft' or 'grpo'), built on first use: GRPO starts with fresh moments."""
+        if phase not in self.optimizers:
+            if phase == "sft":
+                lr, warmup = self.cfg.sft.lr, self.cfg.sft.warmup_steps
+            elif phase == "grpo":
+                lr, warmup = self.cfg.optim.lr, self.cfg.optim.warmup_steps
+            else:
+                raise ValueError(f"phase must be 'sft' or 'grpo', got {phase!r}")
+            self.optimizers[phase] = GuardedOptimizer(self.model, lr, warmup, self.cfg.optim, self.precision)
+        return self.optimizers[phase]
+
+    def reference(self) -> GPT | None:
+        """The frozen reference policy (a copy of the policy when GRPO starts); None when beta = 0."""
+        if self.cfg.grpo.beta == 0:
+            return None
+        if self.ref_model is None:
+            ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.ref_model = ref.to("cpu") if self.cfg.grpo.ref_on_cpu else ref
+        return self.ref_model
+
+    def local_share(self, items: Sequence[Any]) -> list[Any]:
+        """This rank's contiguous share of a step's items (all of them at world size 1)."""
+        return shard(items, self.rank, self.world)
+
+    def _no_sync(self, skip_sync: bool):
+        """DDP: accumulate gradients locally on all but the last micro-batch of an optimiser step."""
+        return self.ddp.no_sync() if (self.ddp is not None and skip_sync) else contextlib.nullcontext()
+
+    def _finish(self, metrics: DeviceMetrics, opt: GuardedOptimizer | None) -> dict[str, float]:
+        """The step's single device-to-host transfer, then the consecutive-skip check."""
+        host = metrics.to_host()
+        if opt is not None:
+            opt.check_skips(int(host.get("consecutive_skips", 0)))
+        return host
+
+    # ----------------------------------------------------------------- SFT
+    def sft_step(self, pairs: Sequence[Any]) -> dict[str, float]:
+        """One optimiser step of teacher-forced cross-entropy on `pairs` (objects with .prompt/.target)."""
+        start = time.perf_counter()
+        opt = self.optimizer("sft")
+        batch = build_sft_batch(
+            self.local_share(pairs), self.tokenizer, self.device, self.cfg.model.block_size
+        )
+        total_tokens = float(reduce_on(torch.tensor([float(batch.num_tokens)]), self.device)[0])
+        self.train_model.train()
+        opt.zero_grad()
+        lr = opt.lr
+        with self.precision.autocast():
+            loss_sum = sft_loss_sum(self.train_model, batch)
+        loss = loss_sum * (self.world / total_tokens)  # DDP averages gradients over ranks
+        self.precision.backward(loss)
+        result = opt.step(loss)
+        self.sft_steps += 1
+        m = DeviceMetrics()
+        m.add("loss", all_reduce_sum(loss_sum.detach().clone()) / total_tokens)
+        m.add("grad_norm", result.grad_norm)
+        m.add("skipped", result.skipped)
+        m.add("consecutive_skips", result.consecutive_skips)
+        m.add("lr", lr)
+        m.add("tokens", batch.num_tokens)
+        m.add("sequences", batch.input_ids.shape[0])
+        host = self._finish(m, opt)
+        host["step_time_s"] = time.perf_counter() - start
+        return host
+
+    # ----------------------------------------------------------------- GRPO
+    def sample(self, pairs: Sequence[Any], rewards: RewardSource) -> tuple[list[Rollout], list[Any]]:
+        """Roll out `pairs` in micro-batches of sampling.prompts_per_microbatch prompts, submitting
+        each micro-batch's completions for scoring as soon as it is decoded."""
+        cfg = self.cfg.sampling
+        rollouts, tickets = [], []
+        for chunk in _chunks(pairs, cfg.prompts_per_microbatch):
+            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            with self.precision.autocast():
+                rollout = generate(self.model, prompts, cfg, self.tokenizer, generator=self.sample_generator)
+            targets = [p.target for p in chunk for _ in range(cfg.group_size)]
+            tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
+            rollouts.append(rollout)
+        return rollouts, tickets
+
+    def reference_logprobs(self, rollouts: Sequence[Rollout]) -> list[Tensor] | None:
+        """Log-probs `[N, L]` of each rollout under the reference model; None when beta = 0.
+
+        With grpo.ref_on_cpu the reference is moved to the device for this pass only.
+        """
+        ref = self.reference()
+        if ref is None:
+            return None
+        moved = self.cfg.grpo.ref_on_cpu and self.device.type != "cpu"
+        if moved:
+            ref.to(self.device)
+        try:
+            with torch.no_grad(), self.precision.autocast():
+                return [completion_logprobs(ref, r, self.cfg.sampling.temperature)[0] for r in rollouts]
+        finally:
+            if moved:
+                ref.to("cpu")
+
+    def grpo_step(self, pairs: Sequence[Any], rewards: RewardSource) -> dict[str, float]:
+        """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
+        start = time.perf_counter()
+        timer = PhaseTimer(self.device)
+        self.sample_generator.manual_seed(derived_seed(self.cfg.seed, self.rank, self.grpo_steps))
+        with timer.phase("sample_s"):
+            rollouts, tickets = self.sample(self.local_share(pairs), rewards)
+        with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
+            ref_logprobs = self.reference_logprobs(rollouts)
+        with timer.phase("reward_wait_s", sync=False):
+            scored = rewards.collect(tickets)
+        host = self.grpo_update(rollouts, scored, ref_logprobs, timer)
+        host.update(timer.seconds)
+        host["step_time_s"] = time.perf_counter() - start
+        host["completions_per_s"] = host["completions"] / host["step_time_s"]
+        return host
+
+    def _select(self, scored: Rewards) -> GroupSelection:
+        reduce = (lambda t: reduce_on(t, self.device)) if self.world > 1 else None
+        return select_groups(scored, self.cfg.sampling.group_size, self.cfg.grpo, reduce)
+
+    def grpo_update(
+        self,
+        rollouts: Sequence[Rollout],
+        scored: Rewards,
+        ref_logprobs: list[Tensor] | None = None,
+        timer: PhaseTimer | None = None,
+    ) -> dict[str, float]:
+        """The optimisation part of a GRPO step, given rollouts and their rewards (in row order)."""
+        timer = timer or PhaseTimer(self.device)
+        n_rows = sum(r.num_rows for r in rollouts)
+        if len(scored.values) != n_rows:
+            raise ValueError(f"{len(scored.values)} rewards for {n_rows} sampled completions")
+        if ref_logprobs is None and self.cfg.grpo.beta > 0:
+            ref_logprobs = self.reference_logprobs(rollouts)
+        sel = self._select(scored)
+        kept_rows = float(reduce_on(sel.row_weight.sum().reshape(1), self.device)[0])
+        opt = self.optimizer("grpo")
+        m = DeviceMetrics()
+        m.add("lr", opt.lr)
+        with timer.phase("update_s"):
+            if kept_rows > 0:
+                update = GRPOUpdate(self, opt, rollouts, sel, ref_logprobs)
+                update.run(m)
+            else:  # every group dropped everywhere: nothing to learn, no optimiser step
+                for name in ("loss", "kl", "clip_frac", "grad_norm", "skipped"):
+                    m.add(name, 0.0)
+                m.add("entropy", float("nan"))
+                m.add("consecutive_skips", opt.consecutive)
+            m.add("empty_update", float(kept_rows == 0))
+            m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
+            host = self._finish(m, opt)
+        self.grpo_steps += 1
+        host.update(
+            reward_mean=sel.reward_mean,
+            zero_var_frac=sel.zero_var_groups / sel.num_groups,
+            dropped_groups=float(sel.dropped_groups),
+            unusable_groups=float(sel.unusable_groups),
+            completions=float(n_rows),
+            reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,
+        )
+        host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items()})
+        return host
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(self, pairs: Sequence[Any], score_fn, n_samples: int = 0) -> dict[str, Any]:
+        """Greedy completions of `pairs`, scored by `score_fn(completions, targets)`.
+
+        Returns exact_match, valid_rate (share of status 'ok'; None when the scorer gives no
+        statuses), reward_mean, count and `n_samples` example dicts. Runs on this rank alone.
+        """
+        cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
+        completions: list[str] = []
+        for chunk in _chunks(pairs, EVAL_PROMPTS_PER_BATCH):
+            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            with self.precision.autocast():
+                rollout = generate(self.model, prompts, cfg, self.tokenizer, greedy=True)
+            completions.extend(completions_text(rollout, self.tokenizer))
+        targets = [p.target for p in pairs]
+        values, statuses = normalise_scores(score_fn(completions, targets), len(completions))
+        return summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything for an exact resume: weights, reference, optimisers, scaler, counters, RNG, config.
+
+        The sampling generator needs no state: it is reseeded from (seed, rank, GRPO step) each step.
+        Tensors are live views of the trainer's own: serialise them (save_checkpoint) before training on.
+        """
+        return {
+            "model": self.model.state_dict(),
+            "ref_model": None if self.ref_model is None else self.ref_model.state_dict(),
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "precision": self.precision.state_dict(),
+            "counters": {"sft_steps": self.sft_steps, "grpo_steps": self.grpo_steps},
+            "rng": capture_rng_state(self.device),
+            "config": self.cfg.model_dump(mode="json"),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if state.get("ref_model") is not None:
+            self.ref_model = None
+            ref = self.reference()
+            if ref is None:
+                raise ValueError("checkpoint has a reference model but grpo.beta is 0")
+            ref.load_state_dict(state["ref_model"])
+        for name, opt_state in state["optimizers"].items():
+            self.optimizer(name).load_state_dict(opt_state)
+        self.precision.load_state_dict(state["precision"])
+        self.sft_steps = int(state["counters"]["sft_steps"])
+        self.grpo_steps = int(state["counters"]["grpo_steps"])
+        restore_rng_state(state["rng"], self.device)

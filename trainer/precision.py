@@ -1,0 +1,76 @@
+"""Numerics of the forward and backward passes: autocast, the fp16 GradScaler, TF32.
+
+- fp32: no autocast.
+- bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
+  no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
+- fp16: autocast to float16 with a GradScaler, which exists on this path only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import Tensor
+
+from trainer.config import PrecisionConfig
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def configure_tf32(cfg: PrecisionConfig, device: torch.device) -> None:
+    """Allow (or forbid) TF32 matmuls and convolutions on CUDA; nothing to do elsewhere.
+
+    This is process-wide state of torch, so the trainer calls it once when it is built.
+    """
+    if device.type != "cuda":
+        return
+    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.allow_tf32 = cfg.tf32
+
+
+class Precision:
+    """The autocast context, loss scaling and unscaling for one `PrecisionConfig` on one device."""
+
+    def __init__(self, cfg: PrecisionConfig, device: torch.device | str) -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"precision: device type must be 'cpu' or 'cuda', got {self.device.type!r}")
+        if cfg.dtype == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ValueError(
+                "precision.dtype=bf16 needs a GPU with bfloat16 support (compute capability >= 8.0)"
+            )
+        self.autocast_dtype = _AUTOCAST_DTYPES.get(cfg.dtype)
+        self.scaler = torch.amp.GradScaler(self.device.type) if cfg.dtype == "fp16" else None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Context for forward passes (training, sampling, reference); a no-op for fp32."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def backward(self, loss: Tensor) -> None:
+        """`loss.backward()`, scaled by the GradScaler under fp16."""
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale before clipping (fp16 only)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def update(self) -> None:
+        """After the optimiser step: let the GradScaler grow or back off its scale (fp16 only)."""
+        if self.scaler is not None:
+            self.scaler.update()
+
+    def state_dict(self) -> dict:
+        return {} if self.scaler is None else {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        # A checkpoint written under bf16/fp32 has no scaler state: the fp16 scaler then starts fresh.
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
