@@ -1,0 +1,233 @@
+"""The per-worker Ray Train loop: SFT warm start, then GRPO with the shared reward pool.
+
+One call of `train_loop_per_worker` per Ray Train worker (one DDP rank). Ray Train has set up
+torch.distributed (gloo on CPU, NCCL on GPU); `trainer.engine.Trainer` wraps DDP itself and
+takes this rank's share of each step's pairs. Every rank samples K completions for its share,
+sends them to the shared reward pool as each micro-batch finishes and takes the rewards back
+through the object store; then the ranks make one DDP update.
+
+Per global step s (one counter over SFT and GRPO):
+    train -> rank 0 publishes the step record -> held-out eval when due (rank 0)
+    -> ranks agree on the stop flag -> checkpoint when due or stopping -> stop if asked.
+Evaluations are due at the end of SFT (the GRPO start), every `grpo.eval_every` GRPO steps
+and at the last step, so a checkpoint at step s covers every record up to s.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+
+from actors.config import PoolConfig
+from actors.reward_pool import RewardPool
+from actors.run_control import CHECKPOINT, ERROR, EVAL, START, STEP
+from actors.train_data import StepData, file_source, generated_source, step_window
+from rewards import RewardConfig
+from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from trainer.chess_data import Pair
+from trainer.config import TrainerConfig
+from trainer.distributed import reduce_on
+from trainer.engine import Trainer
+from trainer.rng import derived_seed
+
+log = logging.getLogger(__name__)
+
+CONTROL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """What every worker needs, sent once through `train_loop_config` (pickled)."""
+
+    trainer: TrainerConfig
+    reward: RewardConfig
+    pool: PoolConfig
+    run_id: str
+    eval_pairs: list[Pair]
+    eval_samples: int = 3
+    train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: generated games
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train entry point; config = {"spec": LoopSpec, "control": RunControl actor handle}."""
+    WorkerLoop(config["spec"], config["control"]).run()
+
+
+def eval_due(step: int, cfg: TrainerConfig) -> str | None:
+    """Kind of the held-out evaluation after global step `step` ('start', 'periodic', 'final'), or None."""
+    sft, grpo = cfg.sft.steps, cfg.grpo.steps
+    if step == sft + grpo:
+        return "final"
+    if grpo and step == sft:
+        return "start"
+    if step > sft and (step - sft) % cfg.grpo.eval_every == 0:
+        return "periodic"
+    return None
+
+
+def eval_phase(step: int, cfg: TrainerConfig) -> str:
+    """'sft' for the policy SFT left (step <= sft.steps), 'grpo' once GRPO has updated it."""
+    return "sft" if step <= cfg.sft.steps else "grpo"
+
+
+class WorkerLoop:
+    """One rank's run: restore, step, evaluate, checkpoint, stop."""
+
+    def __init__(self, spec: LoopSpec, control: Any):
+        self.spec = spec
+        self.control = control
+        context = ray.train.get_context()
+        self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.device = ray.train.torch.get_device()
+        self.trainer = Trainer(spec.trainer, device=self.device)
+        self.total = spec.trainer.sft.steps + spec.trainer.grpo.steps
+        self._pool: RewardPool | None = None
+        self._last_checkpoint = -1
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> None:
+        step = 0
+        try:
+            # torch seeds its global RNG randomly in each process; dropout draws from it. Seed it
+            # from the run's seed (apart from the sampling seeds (seed, rank, step >= 0)) so a run
+            # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
+            torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
+            step = self.restore()
+            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            if step == 0 and eval_due(0, self.spec.trainer):  # GRPO from scratch: evaluate step 0 first
+                self.evaluate(0, "start")
+            data = StepData(self.spec.trainer, self._source(), self.rank, self.world)
+            try:
+                while step < self.total:
+                    step += 1
+                    self.train_step(step, data)
+                    kind = eval_due(step, self.spec.trainer)
+                    if kind:
+                        self.evaluate(step, kind)
+                    stopping = self.stop_agreed()
+                    if stopping or step == self.total or step % self.spec.trainer.checkpoint.every_steps == 0:
+                        self.checkpoint(step)
+                    if stopping:
+                        break
+            finally:
+                data.close()
+        except Exception as exc:
+            self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
+            raise
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()  # a front-end only: the driver owns the workers
+
+    def train_step(self, step: int, data: StepData) -> None:
+        phase, _, _ = step_window(step, self.spec.trainer)
+        pairs = data.pairs(step)
+        if phase == "sft":
+            metrics = self.trainer.sft_step(pairs)
+        else:
+            metrics = self.trainer.grpo_step(pairs, self.pool())
+        self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
+
+    # ------------------------------------------------------------------ pieces
+    def pool(self) -> RewardPool:
+        """This worker's front-end to the driver's reward workers (attached on first use)."""
+        if self._pool is None:
+            self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id)
+        return self._pool
+
+    def _source(self):
+        if self.spec.train_pairs is None:
+            return generated_source(self.spec.trainer)
+        return file_source(ray.get(self.spec.train_pairs), self.spec.trainer.data.seed)
+
+    def _publish(self, kind: str, record: dict[str, Any]) -> None:
+        if self.rank == 0:
+            self.control.publish.remote(kind, record)  # fire and forget: records keep their order
+
+    def evaluate(self, step: int, kind: str) -> None:
+        """Greedy completions of the held-out pairs, scored by the reward pool (rank 0 only)."""
+        if self.rank != 0:
+            return
+        began = time.perf_counter()
+        pool = self.pool()
+        result = self.trainer.evaluate(
+            self.spec.eval_pairs, lambda c, t: pool.score(c, t), n_samples=self.spec.eval_samples
+        )
+        record = {
+            "step": step,
+            "phase": eval_phase(step, self.spec.trainer),
+            "kind": kind,
+            "time": time.time(),
+        }
+        record.update(result, eval_time_s=time.perf_counter() - began)
+        self._publish(EVAL, record)
+
+    def stop_agreed(self) -> bool:
+        """Whether to stop after this step; rank 0 reads the flag and every rank gets its answer."""
+        flag = 0.0
+        if self.rank == 0:
+            reason = ray.get(self.control.stop_reason.remote(), timeout=CONTROL_TIMEOUT_S)
+            flag = 1.0 if reason else 0.0
+        return bool(reduce_on(torch.tensor([flag]), self.device)[0] > 0)
+
+    def checkpoint(self, step: int) -> None:
+        """Rank 0 writes the trainer state; Ray Train persists it as `<storage>/step_<step>`."""
+        if step == self._last_checkpoint:
+            return
+        self._last_checkpoint = step
+        metrics = {"step": step}
+        if self.rank != 0:
+            ray.train.report(metrics)  # every rank reports: it is a barrier
+            return
+        extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
+        staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
+        try:
+            path = save_checkpoint(staging, step, self.trainer.state_dict(), extra, keep_last=1)
+            ray.train.report(
+                metrics,
+                checkpoint=ray.train.Checkpoint.from_directory(str(path)),
+                checkpoint_dir_name=step_dir_name(step),
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
+
+    def restore(self) -> int:
+        """Load Ray Train's latest checkpoint, if any; returns its step (0 when starting afresh)."""
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return 0
+        with checkpoint.as_directory() as directory:
+            state, extra = load_verified(Path(directory))
+        self.trainer.load_state_dict(state)
+        self._last_checkpoint = int(extra["step"])
+        return int(extra["step"])
+
+
+def load_verified(path: Path) -> tuple[dict, dict]:
+    """(trainer_state, extra) of a checkpoint directory, falling back to older `step_*` siblings
+    when it does not match its manifest (a copy cut short, a corrupt file)."""
+    try:
+        return load_checkpoint(path)
+    except Exception as exc:
+        log.warning(
+            "checkpoint %s cannot be loaded (%s: %s); trying older ones", path, type(exc).__name__, exc
+        )
+        failure = exc
+    for _, older in list_checkpoints(path.parent):
+        if older.name >= path.name:
+            continue
+        try:
+            return load_checkpoint(older)
+        except Exception as exc:  # keep looking further back
+            log.warning("checkpoint %s cannot be loaded either (%s)", older, exc)
+    raise RuntimeError(f"no loadable checkpoint at or before {path}: {failure}") from failure

@@ -1,0 +1,273 @@
+"""The driver of one run: Ray, the reward pool, the control actor, the Ray Train worker group.
+
+    ray.init ─► RunControl actor ─► RewardPool (M CPU actors) ─► TorchTrainer(N workers).fit()
+                     ▲   │ records                                   │ rank 0 publishes
+                     │   └──────────── drained every 0.2 s ◄─────────┘
+       SIGTERM/SIGINT sets its stop flag
+
+`fit()` runs in a background thread; the main thread drains the control actor's events into
+the run directory and the job log, and turns SIGTERM (what `ray job stop` sends) or Ctrl-C into
+a stop request: the workers finish the current step, checkpoint and return.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.reward_pool import RewardPool
+from actors.run_control import start_run_control
+from actors.train_loop import LoopSpec, train_loop_per_worker
+from service.config import ConfigError, ServiceConfig, trainer_config
+from service.recorder import RunRecorder
+from service.records import CHECKPOINT_DIR
+from service.report import write_report
+from trainer.chess_data import Pair, eval_pairs, is_held_out, load_jsonl, load_pgn
+
+POLL_INTERVAL_S = 0.2
+CHECKPOINT_RUN_NAME = CHECKPOINT_DIR  # Ray Train's experiment name: <root>/checkpoints/step_*
+
+
+def load_training_pairs(cfg: ServiceConfig) -> list[Pair] | None:
+    """The training pairs of a file source, held-out positions removed; None for generated games."""
+    d = cfg.data
+    if d.source == "generated":
+        return None
+    try:
+        report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
+    except ValueError as exc:  # DataFileError: the file cannot be read
+        raise ConfigError(f"data.path: {exc}") from None
+    pairs = [p for p in report.pairs if not is_held_out(p.target)]
+    if report.skipped:
+        print(f"[data] {d.path}: skipped {report.skipped} bad records; first: {report.errors[0]}", flush=True)
+    if not pairs:
+        raise ValueError(
+            f"data.path: {d.path!r} gives no usable training pairs ({report.skipped} bad records)"
+        )
+    print(
+        f"[data] {d.path}: {len(pairs)} training pairs ({len(report.pairs) - len(pairs)} held-out positions left out)"
+    )
+    return pairs
+
+
+def held_out_pairs(cfg: ServiceConfig) -> list[Pair]:
+    d = cfg.data
+    try:
+        return eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+    except ValueError as exc:
+        raise ConfigError(f"data.eval_size: {d.eval_size} is not allowed here; {exc}") from None
+
+
+def checkpoint_root(cfg: ServiceConfig) -> Path:
+    """Where Ray Train keeps the checkpoints: <storage_path>/<run id>/checkpoints, else <run dir>/checkpoints."""
+    if cfg.run.storage_path:
+        return Path(cfg.run.storage_path).expanduser().resolve() / str(cfg.run.name) / CHECKPOINT_DIR
+    return Path(str(cfg.run.run_dir)) / CHECKPOINT_DIR
+
+
+def cpus_needed(cfg: ServiceConfig) -> float:
+    return (
+        cfg.scaling.num_workers * cfg.scaling.cpus_per_worker
+        + cfg.pool.num_workers * cfg.pool.cpus_per_worker
+    )
+
+
+def init_ray(cfg: ServiceConfig) -> bool:
+    """Join the cluster in RAY_ADDRESS (set under `ray job submit`) or start a local one; True if started here.
+
+    Never `ray.init()` without an address: that would join any cluster running on this machine.
+    """
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        _warn_if_short(cfg)
+        return False
+    # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard, log_to_driver=True)
+    return True
+
+
+def _warn_if_short(cfg: ServiceConfig) -> None:
+    """A cluster that lacks the run's resources now may still get them from an autoscaler: warn only."""
+    have = ray.cluster_resources()
+    gpus = cfg.scaling.num_workers * cfg.scaling.gpus_per_worker if cfg.scaling.use_gpu else 0.0
+    if have.get("CPU", 0.0) < cpus_needed(cfg) or have.get("GPU", 0.0) < gpus:
+        print(
+            f"[train] warning: the run asks for {cpus_needed(cfg):g} CPUs and {gpus:g} GPUs; the cluster has "
+            f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs now (waiting for more)",
+            flush=True,
+        )
+
+
+def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    resources = {"CPU": cfg.scaling.cpus_per_worker}
+    if cfg.scaling.use_gpu:
+        resources["GPU"] = cfg.scaling.gpus_per_worker
+    root = checkpoint_root(cfg)
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"spec": spec, "control": control},
+        scaling_config=ScalingConfig(
+            num_workers=cfg.scaling.num_workers, use_gpu=cfg.scaling.use_gpu, resources_per_worker=resources
+        ),
+        run_config=RunConfig(
+            name=root.name,
+            storage_path=str(root.parent),
+            failure_config=FailureConfig(max_failures=cfg.run.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.checkpoint.keep_last),
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
+    )
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for a failed fit(): the first worker's own exception when Ray Train has one."""
+    failures = getattr(exc, "worker_failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, error = sorted(failures.items())[0]
+        cause = getattr(error, "cause", None) or error
+        return f"worker {rank}: {type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"
+
+
+class StopSignals:
+    """SIGTERM / SIGINT set a flag (the first one); a second one falls back to the default action."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.reason is None:
+            self.reason = f"received {signal.Signals(signum).name}"
+            return
+        self.restore()
+        signal.raise_signal(signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class RunDriver:
+    """Runs one resolved config to a summary; `run()` returns the process exit code."""
+
+    def __init__(self, cfg: ServiceConfig, eval_set: list[Pair], train_pairs: list[Pair] | None):
+        self.cfg = cfg
+        self.eval_set = eval_set
+        self.train_pairs = train_pairs
+        tcfg = trainer_config(cfg)
+        self.recorder = RunRecorder(
+            cfg.run.run_dir, str(cfg.run.name), tcfg.sft.steps, tcfg.grpo.steps, cfg.run.log_every
+        )
+        self.signals = StopSignals()
+        self._error: BaseException | None = None
+
+    def run(self) -> int:
+        started_ray, pool, control = False, None, None
+        status, error = "failed", None
+        try:
+            started_ray = init_ray(self.cfg)
+            self.signals.install()  # after ray.init, which installs handlers of its own
+            control = start_run_control(str(self.cfg.run.name))
+            pool = RewardPool.create(self.cfg.reward, self.cfg.pool, run_id=str(self.cfg.run.name))
+            status, error = self._train(control)
+        except KeyboardInterrupt:  # a second Ctrl-C: end now, without waiting for a checkpoint
+            status, error = "stopped", None
+            self.recorder.print("[train] interrupted again: stopping without a final checkpoint")
+        except Exception as exc:  # anything before or around fit(): the run failed, say why in one line
+            status, error = "failed", failure_reason(exc)
+        finally:
+            self.signals.restore()
+            if control is not None:
+                self._drain(control)
+            summary = self.recorder.finish(
+                status, error or (self.recorder.error if status == "failed" else None)
+            )
+            self._report()
+            _shutdown(pool, control, started_ray)
+        if status == "failed":
+            print(f"[train] run failed: {summary['error']}", flush=True)
+        return 0 if status in ("succeeded", "stopped") else 1
+
+    def _train(self, control: Any) -> tuple[str, str | None]:
+        if self.signals.reason:  # asked to stop while Ray and the pool were starting
+            return "stopped", None
+        refs = ray.put(self.train_pairs) if self.train_pairs is not None else None
+        spec = LoopSpec(
+            trainer=trainer_config(self.cfg),
+            reward=self.cfg.reward,
+            pool=self.cfg.pool,
+            run_id=str(self.cfg.run.name),
+            eval_pairs=self.eval_set,
+            eval_samples=self.cfg.run.eval_samples,
+            train_pairs=refs,
+        )
+        trainer = build_trainer(self.cfg, spec, control)
+        thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)
+        thread.start()
+        stop_sent = False
+        while thread.is_alive():
+            thread.join(POLL_INTERVAL_S)
+            if self.signals.reason and not stop_sent:
+                control.request_stop.remote(self.signals.reason)
+                self.recorder.print(f"[train] {self.signals.reason}: stopping after the current step")
+                stop_sent = True
+            self._drain(control)
+        self._drain(control)
+        if self._error is not None:
+            return "failed", self.recorder.error or failure_reason(self._error)
+        if self.recorder.last_step >= self.recorder.total_steps:
+            return "succeeded", None
+        return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")
+
+    def _fit(self, trainer: Any) -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:  # reported by the main thread
+            self._error = exc
+
+    def _drain(self, control: Any) -> None:
+        try:
+            events = ray.get(control.drain.remote(), timeout=30)
+        except Exception as exc:  # the control actor is gone: nothing more will arrive
+            self.recorder.print(f"[train] cannot read the run's records: {type(exc).__name__}: {exc}")
+            return
+        for kind, record in events:
+            self.recorder.handle(kind, record)
+
+    def _report(self) -> None:
+        try:
+            path = write_report(self.recorder.run_dir, title=f"{self.cfg.run.name}")
+            self.recorder.print(f"[train] report: {path}")
+        except Exception as exc:  # a missing plot must not hide the run's outcome
+            self.recorder.print(f"[train] report.png not written: {type(exc).__name__}: {exc}")
+
+
+def _shutdown(pool: RewardPool | None, control: Any, started_ray: bool) -> None:
+    if pool is not None:
+        pool.shutdown()
+    if control is not None:
+        try:
+            ray.kill(control)
+        except Exception:  # already gone with its job
+            pass
+    if started_ray:
+        ray.shutdown()

@@ -1,0 +1,207 @@
+"""The driver's side of the records: events from rank 0 become files, job-log lines and the summary.
+
+Free of Ray so it is tested directly. Each event (see `actors.run_control`) is handled in the
+order rank 0 published it: a `start` truncates the logs past the checkpoint being resumed from
+(so no row is ever duplicated), a `step` appends to metrics.jsonl and prints the progress line,
+an `eval` appends to eval.jsonl, an `error` keeps the reason for the summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, TextIO
+
+from actors.run_control import CHECKPOINT, ERROR, EVAL, START, STEP
+from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, format_record
+from service.records import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, json_safe, write_json_atomic
+
+# Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
+EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean", "count")
+ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if record is None else {k: record.get(k) for k in EVAL_SUMMARY_KEYS}
+
+
+class RunRecorder:
+    """Writes metrics.jsonl / eval.jsonl / summary.json and prints the run's log lines."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        run_id: str,
+        sft_steps: int,
+        grpo_steps: int,
+        log_every: int = 1,
+        out: TextIO | None = None,
+    ):
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.sft_steps, self.grpo_steps = sft_steps, grpo_steps
+        self.total_steps = sft_steps + grpo_steps
+        self.log_every = log_every
+        self.out = out if out is not None else sys.stdout
+        self.metrics = JsonlLog(self.run_dir / METRICS_FILE)
+        self.evals = JsonlLog(self.run_dir / EVAL_FILE)
+        self.started = time.time()
+        self.last_step = 0
+        self.resumed_from: int | None = None
+        self.last_checkpoint: str | None = None
+        self.error: str | None = None
+        self._durations: dict[str, deque[float]] = {
+            "sft": deque(maxlen=ETA_WINDOW),
+            "grpo": deque(maxlen=ETA_WINDOW),
+        }
+
+    def print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    # ------------------------------------------------------------------ events
+    def handle(self, kind: str, record: dict[str, Any]) -> None:
+        handler = {
+            START: self._on_start,
+            STEP: self._on_step,
+            EVAL: self._on_eval,
+            CHECKPOINT: self._on_checkpoint,
+        }
+        if kind == ERROR:
+            self.error = str(record.get("reason"))
+            self.print(f"[train] error at step {record.get('step')}: {self.error}")
+        elif kind in handler:
+            handler[kind](record)
+
+    def _on_start(self, record: dict[str, Any]) -> None:
+        from_step = record.get("from_step")
+        dropped = self.metrics.truncate_after(from_step) + self.evals.truncate_after(from_step)
+        self.last_step = from_step or 0
+        if from_step:
+            self.resumed_from = from_step
+            self.print(
+                f"[train] resuming from the checkpoint of step {from_step} ({dropped} later records dropped)"
+            )
+        else:
+            self.print(
+                f"[train] starting at step 1 of {self.total_steps} on {record.get('world_size')} worker(s)"
+            )
+
+    def _on_step(self, record: dict[str, Any]) -> None:
+        self.metrics.append(record)
+        step, phase = int(record["step"]), str(record["phase"])
+        self.last_step = step
+        duration = record.get("step_time_s")
+        if isinstance(duration, int | float):
+            self._durations[phase].append(float(duration))
+        progress = {
+            "run_id": self.run_id,
+            "step": step,
+            "total_steps": self.total_steps,
+            "phase": phase,
+            "loss": record.get("loss"),
+            "step_time_s": duration,
+            "eta_s": self.eta_s(step),
+        }
+        if phase == "grpo":
+            progress["reward_mean"] = record.get("reward_mean")
+            progress["kl"] = record.get("kl")
+        self.print(format_record(PROGRESS_PREFIX, json_safe(progress)))
+        if step % self.log_every == 0 or step == self.total_steps:
+            reward = f" reward {_fmt(record.get('reward_mean'))}" if phase == "grpo" else ""
+            self.print(
+                f"[train] step {step}/{self.total_steps} {phase} loss {_fmt(record.get('loss'))}{reward} "
+                f"{_fmt(duration, 2)}s/step eta {_duration(progress['eta_s'])}"
+            )
+
+    def _on_eval(self, record: dict[str, Any]) -> None:
+        self.evals.append(record)
+        progress = {
+            "run_id": self.run_id,
+            "step": record["step"],
+            "total_steps": self.total_steps,
+            "phase": "eval",
+        }
+        progress.update({k: record.get(k) for k in ("exact_match", "valid_rate", "reward_mean")})
+        progress["eta_s"] = self.eta_s(int(record["step"]))
+        self.print(format_record(PROGRESS_PREFIX, json_safe(progress)))
+        self.print(
+            f"[eval] step {record['step']} ({record.get('kind')}, {record.get('phase')} policy): "
+            f"reward {_fmt(record.get('reward_mean'))} exact {_fmt(record.get('exact_match'), 3)} "
+            f"valid {_fmt(record.get('valid_rate'), 3)} on {record.get('count')} held-out positions"
+        )
+        for sample in record.get("samples") or []:
+            self.print(
+                f"[eval]   {sample.get('prompt')!r} -> {sample.get('completion')!r} (reward {_fmt(sample.get('reward'), 3)})"
+            )
+
+    def _on_checkpoint(self, record: dict[str, Any]) -> None:
+        self.last_checkpoint = str(record.get("name"))
+        self.print(f"[train] checkpoint {self.last_checkpoint} saved")
+
+    def eta_s(self, step: int) -> float | None:
+        """Seconds left: remaining steps of each phase times that phase's recent mean step time."""
+        remaining_sft = max(0, self.sft_steps - step)
+        remaining_grpo = min(self.grpo_steps, self.total_steps - step)
+        eta = 0.0
+        for phase, remaining in (("sft", remaining_sft), ("grpo", remaining_grpo)):
+            if remaining:
+                recent = self._durations[phase]
+                if not recent:
+                    return None
+                eta += remaining * sum(recent) / len(recent)
+        return eta
+
+    # ------------------------------------------------------------------ summary
+    def summary(self, status: str, error: str | None = None) -> dict[str, Any]:
+        """summary.json's content (also printed as the `[grpo-summary]` line, without samples)."""
+        evals = self.evals.rows()
+        grpo_start = next((e for e in evals if e.get("kind") == "start"), None)
+        final = evals[-1] if evals else None
+        summary: dict[str, Any] = {
+            "run_id": self.run_id,
+            "status": status,
+            "steps": self.last_step,
+            "total_steps": self.total_steps,
+            "sft_steps": min(self.last_step, self.sft_steps),
+            "grpo_steps": max(0, self.last_step - self.sft_steps),
+            "final_eval": compact_eval(final),
+            "grpo_start_eval": compact_eval(grpo_start),
+            "error": error,
+            "wall_time_s": time.time() - self.started,
+            "started_at": dt.datetime.fromtimestamp(self.started, dt.UTC).isoformat(),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "resumed_from": self.resumed_from,
+            "last_checkpoint": self.last_checkpoint,
+            "run_dir": str(self.run_dir),
+        }
+        if final and grpo_start and final is not grpo_start:
+            summary["gain"] = {
+                k: final[k] - grpo_start[k]
+                for k in ("reward_mean", "exact_match", "valid_rate")
+                if isinstance(final.get(k), int | float) and isinstance(grpo_start.get(k), int | float)
+            }
+        return summary
+
+    def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
+        """Write summary.json and print the summary line; returns the summary."""
+        summary = self.summary(status, error)
+        if final_samples := (self.evals.rows() or [{}])[-1].get("samples"):
+            write_json_atomic(self.run_dir / SUMMARY_FILE, {**summary, "final_samples": final_samples})
+        else:
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+        self.print(format_record(SUMMARY_PREFIX, json_safe(summary)))
+        return summary

@@ -1,0 +1,112 @@
+"""Run identity and the run directory: the id, where the directory is, fresh start or resume.
+
+The run id is `run.name`, or `grpo-<UTC date-time>-<6 hex>` when none is given. The directory is
+`run.run_dir`, or `<run.storage_path or runs>/<run id>`; it is made absolute once, here, so that
+Ray Train workers (which change their working directory) and a later `--resume` from elsewhere
+find the same place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from service.config import (
+    ConfigError,
+    ServiceConfig,
+    check_key,
+    config_to_yaml,
+    deep_merge,
+    load_config,
+    parse_override,
+    read_config_file,
+    set_dotted,
+    validate_config,
+)
+from service.presets import DEFAULT_PRESET
+from service.records import CHECKPOINT_DIR, CONFIG_FILE, write_text_atomic
+
+DEFAULT_RUNS_ROOT = "runs"
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.UTC)
+    return f"grpo-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def default_run_dir(cfg: ServiceConfig, run_id: str) -> Path:
+    return Path(cfg.run.storage_path or DEFAULT_RUNS_ROOT) / run_id
+
+
+def resolve_run(cfg: ServiceConfig, run_dir: str | None = None) -> ServiceConfig:
+    """The config with run.name and an absolute run.run_dir filled in (validated again)."""
+    run_id = cfg.run.name or new_run_id()
+    directory = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg, run_id)).expanduser().resolve()
+    data = deep_merge(cfg.model_dump(mode="json"), {"run": {"name": run_id, "run_dir": str(directory)}})
+    return validate_config(data)
+
+
+def fresh_config(
+    preset: str | None, config_file: str | None, overrides: Sequence[str], run_dir: str | None
+) -> ServiceConfig:
+    """A new run's resolved config; its directory must not hold another run."""
+    cfg = resolve_run(load_config(preset or DEFAULT_PRESET, config_file, overrides), run_dir)
+    directory = Path(cfg.run.run_dir)
+    if directory.exists() and any(directory.iterdir()):
+        raise ConfigError(
+            f"run.run_dir: {str(directory)!r} already holds a run; pass --resume to continue it, "
+            "or choose another --run-dir / run.name"
+        )
+    return cfg
+
+
+def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: str | None) -> ServiceConfig:
+    """The config of the run to continue: its saved config.yaml, then --config and --set on top.
+
+    The run is found by --run-dir, or by run.run_dir / run.name (with run.storage_path) given in
+    the file or the overrides.
+    """
+    located = _locate(config_file, overrides, run_dir)
+    saved = located / CONFIG_FILE
+    if not saved.is_file():
+        raise ConfigError(f"--resume: {str(located)!r} holds no {CONFIG_FILE}; it is not a run directory")
+    data = read_config_file(saved)
+    if config_file is not None:
+        data = deep_merge(data, read_config_file(config_file))
+    for override in overrides:
+        set_dotted(data, *parse_override(override))
+    cfg = validate_config(data)
+    name = cfg.run.name or located.name
+    data = deep_merge(cfg.model_dump(mode="json"), {"run": {"name": name, "run_dir": str(located)}})
+    return validate_config(data)
+
+
+def _locate(config_file: str | None, overrides: Sequence[str], run_dir: str | None) -> Path:
+    if run_dir:
+        return Path(run_dir).expanduser().resolve()
+    run: dict = dict(read_config_file(config_file).get("run") or {}) if config_file else {}
+    for override in overrides:
+        key, value = parse_override(override)
+        if key.startswith("run."):
+            check_key(key)
+            run[key.removeprefix("run.")] = value
+    if run.get("run_dir"):
+        return Path(str(run["run_dir"])).expanduser().resolve()
+    if run.get("name"):
+        return (Path(str(run.get("storage_path") or DEFAULT_RUNS_ROOT)) / str(run["name"])).resolve()
+    raise ConfigError("--resume: say which run, with --run-dir DIR or --set run.name=<run id>")
+
+
+def prepare_run_dir(cfg: ServiceConfig) -> Path:
+    """Create the directory (and checkpoints/) and save the resolved config.yaml; returns the path."""
+    directory = Path(cfg.run.run_dir)
+    try:
+        (directory / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"run.run_dir: {str(directory)!r} cannot be created ({exc.strerror or exc})"
+        ) from None
+    write_text_atomic(directory / CONFIG_FILE, config_to_yaml(cfg))
+    return directory

@@ -1,0 +1,87 @@
+"""`python -m service.train`: one GRPO run, from config to report.
+
+    python -m service.train                                  # demo preset, embedded local Ray, CPU
+    python -m service.train --preset smoke --run-dir /tmp/smoke
+    python -m service.train --config my.yaml --set grpo.steps=80 --set sampling.temperature=0.8
+    python -m service.train --run-dir runs/<run id> --resume  # continue from its latest checkpoint
+
+Exit status: 0 succeeded or stopped, 1 failed (summary.json says why), 2 bad config or
+command line (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from service.config import ConfigError, ServiceConfig, config_to_yaml
+from service.presets import DEFAULT_PRESET, PRESETS
+from service.run_dir import fresh_config, prepare_run_dir, resumed_config
+
+EXIT_BAD_CONFIG = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m service.train",
+        description="GRPO post-training of a small GPT on Ray: SFT warm start, then GRPO with parallel CPU reward workers.",
+    )
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), help=f"starting config (default: {DEFAULT_PRESET})"
+    )
+    parser.add_argument(
+        "--config", metavar="FILE.yaml", help="YAML with any config sections, merged over the preset"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="dotted.key=value",
+        help="override one value (repeatable; the value is read as YAML), e.g. --set grpo.steps=100",
+    )  # fmt: skip
+    parser.add_argument("--run-dir", help="run directory (default: runs/<run id>)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir (or run.name) from its latest checkpoint",
+    )
+    return parser
+
+
+def resolve(args: argparse.Namespace) -> ServiceConfig:
+    if args.resume:
+        if args.preset:
+            raise ConfigError("--preset: not allowed with --resume; the run's saved config.yaml is the base")
+        return resumed_config(args.config, args.overrides, args.run_dir)
+    return fresh_config(args.preset, args.config, args.overrides, args.run_dir)
+
+
+def _bad_config(exc: Exception) -> int:
+    print(f"config error: {exc}", file=sys.stderr, flush=True)
+    return EXIT_BAD_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = resolve(args)
+    except ConfigError as exc:
+        return _bad_config(exc)
+    try:  # imported only now: a bad config is refused without loading torch and Ray
+        from service.driver import RunDriver, held_out_pairs, load_training_pairs
+    except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
+        print(f"cannot start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        # Data problems (a ply range with too few held-out positions, an unreadable file) are config
+        # problems too: find them before anything starts.
+        eval_set = held_out_pairs(cfg)
+        train_pairs = load_training_pairs(cfg)
+        run_dir = prepare_run_dir(cfg)
+    except (ConfigError, ValueError) as exc:
+        return _bad_config(exc)
+    print(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}", flush=True)
+    print("[train] resolved config:\n" + config_to_yaml(cfg), flush=True)
+    return RunDriver(cfg, eval_set, train_pairs).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

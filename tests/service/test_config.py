@@ -1,0 +1,200 @@
+"""The service config: presets, sources and their order, one-line errors, YAML round trip, run dirs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.config import (
+    PRESETS,
+    ConfigError,
+    ServiceConfig,
+    config_to_yaml,
+    load_config,
+    parse_override,
+    total_steps,
+    trainer_config,
+)
+from service.presets import DEFAULT_PRESET
+from service.run_dir import fresh_config, new_run_id, prepare_run_dir, resolve_run, resumed_config
+from trainer.config import TrainerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_resolves_and_round_trips_through_yaml(preset, tmp_path):
+    cfg = load_config(preset)
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_to_yaml(cfg))
+    assert load_config(preset, config_file=str(saved)) == cfg
+    # and from any other preset too: the file is a complete config
+    other = "smoke" if preset != "smoke" else "demo"
+    assert load_config(other, config_file=str(saved)) == cfg
+
+
+def test_default_preset_is_demo_and_presets_have_their_shape():
+    assert DEFAULT_PRESET == "demo"
+    assert load_config() == load_config("demo")
+    gpt2 = load_config("gpt2-4090")
+    assert (gpt2.model.n_layer, gpt2.model.n_head, gpt2.model.n_embd) == (12, 12, 768)
+    assert gpt2.precision.dtype == "bf16" and gpt2.scaling.use_gpu and gpt2.scaling.num_workers >= 2
+    smoke = load_config("smoke")
+    assert smoke.scaling.use_gpu is False and total_steps(smoke) < total_steps(load_config("demo"))
+
+
+def test_later_sources_win(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("grpo:\n  steps: 7\n  beta: 0.5\nsampling:\n  temperature: 0.7\n")
+    cfg = load_config("smoke", config_file=str(file), overrides=["grpo.steps=9", "sampling.top_k=5"])
+    assert cfg.grpo.steps == 9  # --set over the file
+    assert cfg.grpo.beta == 0.5  # the file over the preset
+    assert cfg.sampling.temperature == 0.7
+    assert cfg.sampling.top_k == 5
+    assert cfg.sft.steps == PRESETS["smoke"]["sft"]["steps"]  # the preset where nothing overrides it
+
+
+def test_override_values_are_yaml_scalars():
+    assert parse_override("sampling.top_k=null") == ("sampling.top_k", None)
+    assert parse_override("optim.betas=[0.9, 0.99]") == ("optim.betas", [0.9, 0.99])
+    assert parse_override("grpo.beta=1e-3") == ("grpo.beta", 1e-3)
+    assert parse_override("scaling.use_gpu=true") == ("scaling.use_gpu", True)
+    assert parse_override("grpo.scale=none") == ("grpo.scale", "none")  # a string, not YAML null
+    assert load_config(overrides=["run.name=2024"]).run.name == "2024"  # a string field keeps the text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["grpo.scale=foo"], "grpo.scale: 'foo' is not allowed; expected one of 'group', 'batch', 'none'"),
+        (["grpo.steps=-1"], "grpo.steps: -1 is not allowed; must be greater than or equal to 0"),
+        (["scaling.num_workers=lots"], "scaling.num_workers: 'lots' is not allowed; must be a valid integer"),
+        (["grpo.nope=1"], "grpo.nope: unknown key 'nope'; allowed keys of grpo: steps, prompts_per_step"),
+        (["nope=1"], "nope: unknown key 'nope'; allowed keys of the top level: seed, model, data"),
+        (["grpo.steps.x=1"], "grpo.steps.x: grpo.steps is a value, not a section"),
+        (["grpo=5"], "grpo: 5 is not allowed; expected a section"),
+        (["data.min_plies=9"], "data: min_plies (9) must be <= max_plies"),
+        (["grpo.steps"], "--set 'grpo.steps': expected dotted.key=value"),
+        (
+            ["scaling.num_workers=2", "grpo.prompts_per_step=15"],
+            "grpo.prompts_per_step (15) must be a multiple of",
+        ),
+        (["run.name=a b"], "run.name: 'a b' is not allowed; must match pattern"),
+        (
+            ["run.storage_path=s3://bucket/runs"],
+            "run.storage_path: 's3://bucket/runs' is a URI; expected a filesystem path",
+        ),
+    ],
+)
+def test_bad_values_give_one_line_naming_the_key(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config("demo", overrides=overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(expected), message
+
+
+def test_unknown_key_in_a_file_lists_the_allowed_keys(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("sampling:\n  temprature: 0.5\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"^sampling\.temprature: unknown key 'temprature'; allowed keys of sampling: group_size",
+    ):
+        load_config(config_file=str(file))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("- 1\n- 2\n", "expected a mapping"), ("a: [1,\n", "not valid YAML")]
+)
+def test_a_file_that_is_not_a_config(tmp_path, text, expected):
+    file = tmp_path / "c.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError, match=expected):
+        load_config(config_file=str(file))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(config_file=str(tmp_path / "missing.yaml"))
+
+
+def test_unknown_preset():
+    with pytest.raises(
+        ConfigError, match=r"^preset: 'big' is not allowed; expected one of 'smoke', 'demo', 'gpt2-4090'$"
+    ):
+        load_config("big")
+
+
+def test_trainer_config_is_exactly_the_trainer_sections():
+    cfg = load_config("smoke", overrides=["grpo.beta=0.1"])
+    tcfg = trainer_config(cfg)
+    assert type(tcfg) is TrainerConfig and tcfg.grpo.beta == 0.1
+    assert set(TrainerConfig.model_fields) < set(ServiceConfig.model_fields)
+
+
+def test_run_id_and_run_dir_are_resolved_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_id = new_run_id()
+    assert run_id.startswith("grpo-") and len(run_id.split("-")) == 4
+    cfg = resolve_run(load_config("smoke"))
+    assert cfg.run.name and Path(cfg.run.run_dir) == tmp_path / "runs" / cfg.run.name
+    shared = resolve_run(
+        load_config("smoke", overrides=["run.name=r1", f"run.storage_path={tmp_path}/shared"])
+    )
+    assert Path(shared.run.run_dir) == tmp_path / "shared" / "r1"
+    explicit = resolve_run(load_config("smoke", overrides=["run.name=r1"]), run_dir="elsewhere")
+    assert Path(explicit.run.run_dir) == tmp_path / "elsewhere"
+
+
+def test_a_fresh_run_refuses_an_existing_run_dir_and_resume_reads_it_back(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = fresh_config("smoke", None, ["grpo.steps=3", "run.name=r7"], str(run_dir))
+    prepare_run_dir(cfg)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["grpo"]["steps"] == 3
+    assert (run_dir / "checkpoints").is_dir()
+    with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
+        fresh_config("smoke", None, [], str(run_dir))
+    resumed = resumed_config(None, ["grpo.steps=5"], str(run_dir))
+    assert resumed.grpo.steps == 5 and resumed.run.name == "r7"
+    assert resumed.model_dump(exclude={"grpo"}) == cfg.model_dump(exclude={"grpo"})
+    with pytest.raises(ConfigError, match="holds no config.yaml"):
+        resumed_config(None, [], str(tmp_path / "nothing"))
+    with pytest.raises(ConfigError, match="--run-dir DIR or --set run.name"):
+        resumed_config(None, [], None)
+
+
+def test_resume_finds_the_run_by_its_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    prepare_run_dir(fresh_config("smoke", None, ["run.name=by-id"], None))
+    assert resumed_config(None, ["run.name=by-id"], None).run.run_dir == str(tmp_path / "runs" / "by-id")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(
+        [sys.executable, "-m", "service.train", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_bad_config_exits_2_with_one_line(tmp_path):
+    result = _cli("--preset", "smoke", "--set", "grpo.scale=foo", "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        "config error: grpo.scale: 'foo' is not allowed; expected one of 'group', 'batch', 'none'"
+    ]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "r").exists()  # nothing was started
+
+
+def test_cli_resume_with_a_preset_is_refused(tmp_path):
+    result = _cli("--preset", "smoke", "--resume", "--run-dir", str(tmp_path))
+    assert result.returncode == 2 and "--preset: not allowed with --resume" in result.stderr

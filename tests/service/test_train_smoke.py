@@ -1,0 +1,167 @@
+"""`python -m service.train` end to end, as a user runs it: embedded Ray, a real Ray Train worker group.
+
+One run of the smoke preset checks every record of the run-directory contract. A second run is
+stopped with SIGTERM (what `ray job stop` sends) and resumed: no step is repeated or skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
+from service.records import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 CPUs; the test allows for a busy machine
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always the embedded Ray
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _train(*args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    began = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", *args],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return result, time.monotonic() - began
+
+
+def _steps(run_dir: Path, name: str) -> list[int]:
+    return [row["step"] for row in read_jsonl(run_dir / name)]
+
+
+def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
+    run_dir = tmp_path / "smoke"
+    result, wall = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.name=smoke-test")
+    logs = result.stdout + result.stderr
+    assert result.returncode == 0, logs[-4000:]
+    print(f"smoke wall time {wall:.1f}s (budget {SMOKE_BUDGET_S:.0f}s on an idle 2-CPU machine)")
+    assert wall < 3 * SMOKE_BUDGET_S, f"smoke run took {wall:.0f}s"
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["name"] == "smoke-test" and config["run"]["run_dir"] == str(run_dir)
+    total = config["sft"]["steps"] + config["grpo"]["steps"]
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, total + 1))  # one global counter
+    for row in metrics:
+        assert {"step", "phase", "loss", "step_time_s"} <= row.keys()
+        assert row["phase"] == ("sft" if row["step"] <= config["sft"]["steps"] else "grpo")
+        if row["phase"] == "grpo":
+            assert 0.0 <= row["reward_mean"] <= 1.0 and "kl" in row and "entropy" in row
+
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    assert [(e["step"], e["kind"]) for e in evals][0] == (config["sft"]["steps"], "start")
+    assert evals[-1]["step"] == total and evals[-1]["kind"] == "final"
+    for row in evals:
+        assert {"step", "phase", "exact_match", "valid_rate", "reward_mean"} <= row.keys()
+        assert (
+            row["count"] == config["data"]["eval_size"]
+            and len(row["samples"]) == config["run"]["eval_samples"]
+        )
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["steps"] == total and summary["error"] is None
+    assert summary["final_eval"]["step"] == total and summary["run_id"] == "smoke-test"
+    assert summary["wall_time_s"] > 0
+    assert (run_dir / "checkpoints" / f"step_{total:06d}" / "manifest.json").is_file()
+    assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+    progress = last_record(logs, PROGRESS_PREFIX)
+    assert progress["run_id"] == "smoke-test" and progress["total_steps"] == total
+    assert last_record(logs, SUMMARY_PREFIX)["status"] == "succeeded"
+    assert "resolved config" in logs and "Traceback" not in result.stdout
+
+
+def _run_until_step_then_sigterm(args: list[str], stop_at: int) -> tuple[int, str]:
+    """Start a run, send SIGTERM once its progress passes `stop_at`; (exit code, logs)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.train", *args],
+        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    sent = threading.Event()
+    timer = threading.Timer(300, process.kill)  # a hung run must not hang the suite
+    timer.start()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if not sent.is_set() and line.startswith(PROGRESS_PREFIX):
+                record = json.loads(line[len(PROGRESS_PREFIX) :])
+                if record["phase"] == "grpo" and record["step"] >= stop_at:
+                    process.send_signal(signal.SIGTERM)
+                    sent.set()
+        return process.wait(timeout=120), "".join(lines)
+    finally:
+        timer.cancel()
+
+
+def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_path):
+    run_dir = tmp_path / "stopped"
+    sft = 6
+    code, logs = _run_until_step_then_sigterm(
+        [
+            "--preset",
+            "smoke",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "grpo.steps=300",
+            "--set",
+            "checkpoint.every_steps=1000",
+        ],
+        stop_at=sft + 3,
+    )
+    assert code == 0, logs[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped", summary
+    stopped_at = summary["steps"]
+    assert sft + 3 <= stopped_at < sft + 300
+    assert summary["last_checkpoint"] == f"step_{stopped_at:06d}"  # saved on the way out
+    assert _steps(run_dir, "metrics.jsonl") == list(range(1, stopped_at + 1))
+
+    # Continue the same run to 4 more steps than it had done: the saved config is the base.
+    more = stopped_at - sft + 4
+    result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={more}")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert f"resuming from the checkpoint of step {stopped_at}" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["resumed_from"] == stopped_at
+    assert summary["steps"] == stopped_at + 4
+    assert _steps(run_dir, "metrics.jsonl") == list(range(1, stopped_at + 5))
+    eval_steps = _steps(run_dir, "eval.jsonl")
+    assert eval_steps == sorted(set(eval_steps)) and eval_steps[0] == sft and eval_steps[-1] == stopped_at + 4
+
+
+def test_a_failing_worker_ends_the_run_failed_with_its_reason(tmp_path):
+    run_dir = tmp_path / "failed"
+    # Every pair needs more positions than this: the first SFT step raises in the Ray Train worker.
+    result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", "model.block_size=32")
+    logs = result.stdout + result.stderr
+    assert result.returncode == 1, logs[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == 0
+    assert (
+        summary["error"].startswith("ValueError: pair 0 needs") and "model.block_size=32" in summary["error"]
+    )
+    assert last_record(logs, SUMMARY_PREFIX)["error"] == summary["error"]
+    assert (run_dir / "report.png").exists() and (run_dir / "config.yaml").exists()
