@@ -1,0 +1,102 @@
+"""Compact, exact encoding of a list of `ScoreResult`s for the trip from a worker to the pool.
+
+A list of dataclasses pickles object by object; columns of numbers pickle as a few buffers. A
+chunk's results become `EncodedResults`: totals and status codes as arrays, components as a
+value matrix with a presence mask (absent components stay absent), reasons only where set.
+`decode` gives back results equal to the encoded ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rewards import ScoreResult
+
+
+@dataclass(frozen=True)
+class EncodedResults:
+    """Results of n items in columns."""
+
+    totals: np.ndarray  # [n] float64
+    status_names: tuple[str, ...]  # distinct statuses, indexed by status_codes
+    status_codes: np.ndarray  # [n] uint8
+    component_names: tuple[str, ...]  # [C]
+    components: np.ndarray  # [n, C] float64; meaningful where present
+    present: np.ndarray  # [n, C] bool: item i has component j
+    reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
+
+    def __len__(self) -> int:
+        return int(self.totals.shape[0])
+
+    def statuses(self) -> list[str]:
+        """[n] status per item."""
+        names = self.status_names
+        return [names[c] for c in self.status_codes.tolist()]
+
+    def values(self) -> list[float]:
+        """[n] total per item."""
+        return self.totals.tolist()
+
+
+def encode(results: Sequence[ScoreResult]) -> EncodedResults:
+    """Columns of `results`; at most 256 distinct statuses per chunk."""
+    n = len(results)
+    statuses = [r.status for r in results]
+    status_names = tuple(dict.fromkeys(statuses))
+    if len(status_names) > 256:
+        raise ValueError("a chunk may carry at most 256 distinct statuses")
+    code_of = {s: i for i, s in enumerate(status_names)}
+    # Results with the same component names (nearly all of a chunk) are written as one block.
+    comps = [r.components for r in results]
+    rows_by_keys: dict[tuple[str, ...], list[int]] = {}
+    for i, d in enumerate(comps):
+        rows_by_keys.setdefault(tuple(d), []).append(i)
+    column_of: dict[str, int] = {}
+    for keys in rows_by_keys:
+        for k in keys:
+            column_of.setdefault(k, len(column_of))
+    components = np.zeros((n, len(column_of)), dtype=np.float64)
+    present = np.zeros((n, len(column_of)), dtype=bool)
+    for keys, rows in rows_by_keys.items():
+        if keys:
+            cells = np.ix_(rows, [column_of[k] for k in keys])
+            components[cells] = [list(comps[i].values()) for i in rows]
+            present[cells] = True
+    return EncodedResults(
+        totals=np.array([r.total for r in results], dtype=np.float64),
+        status_names=status_names,
+        status_codes=np.array([code_of[s] for s in statuses], dtype=np.uint8),
+        component_names=tuple(column_of),
+        components=components,
+        present=present,
+        reasons={i: r.reason for i, r in enumerate(results) if r.reason is not None},
+    )
+
+
+def decode(enc: EncodedResults) -> list[ScoreResult]:
+    """The `ScoreResult`s that `enc` was encoded from, in order."""
+    names = enc.component_names
+    statuses = enc.statuses()
+    totals = enc.values()
+    values = enc.components.tolist()
+    present = enc.present.tolist()
+    out = []
+    for i in range(len(enc)):
+        comps = {names[j]: values[i][j] for j, has in enumerate(present[i]) if has}
+        out.append(ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i)))
+    return out
+
+
+def failed_block(n: int, status: str, reason: str) -> EncodedResults:
+    """n items that all failed with `status` and `reason` (total 0, no components)."""
+    return encode([ScoreResult.failed(status, reason)] * n)
+
+
+def count_status(enc: EncodedResults, status: str) -> int:
+    """Items of `enc` with `status`."""
+    if status not in enc.status_names:
+        return 0
+    return int((enc.status_codes == enc.status_names.index(status)).sum())

@@ -1,0 +1,86 @@
+"""The reward pool's metrics, exported with `ray.util.metrics` (Prometheus, the dashboard's metrics).
+
+Every series carries a `run_id` tag; per-worker series also carry `worker` (the actor name).
+Prometheus sees them with Ray's `ray_` prefix, e.g. `ray_reward_pool_items_total`.
+The same numbers reach the trainer's metrics.jsonl through `Rewards.stats`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ray.util.metrics import Counter, Gauge, Histogram
+
+# Seconds blocked in collect: from "scoring kept up" (ms) to "the step waited on rewards" (s).
+WAIT_BOUNDARIES_S = [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0]
+
+
+class PoolMetrics:
+    """Counters, gauges and a histogram for one pool; created with the pool, never at import."""
+
+    def __init__(self, run_id: str):
+        per_worker = ("run_id", "worker")
+        per_run = ("run_id",)
+        self._run = {"run_id": run_id}
+        self._items = Counter("reward_pool_items", "items scored", tag_keys=per_worker)
+        self._errors = Counter("reward_pool_errors", "items with status error", tag_keys=per_worker)
+        self._timeouts = Counter(
+            "reward_pool_timeouts", "calls that passed their deadline", tag_keys=per_worker
+        )
+        self._restarts = Counter(
+            "reward_pool_worker_restarts", "worker processes restarted", tag_keys=per_worker
+        )
+        self._retries = Counter(
+            "reward_pool_retries", "chunks dispatched again after a fault", tag_keys=per_run
+        )
+        self._queue = Gauge("reward_pool_queue_depth", "items queued or in flight", tag_keys=per_run)
+        self._rate = Gauge("reward_pool_items_per_s", "items scored per second (last 10 s)", tag_keys=per_run)
+        self._wait = Histogram(
+            "reward_pool_wait_s", "time the caller blocked in collect", WAIT_BOUNDARIES_S, tag_keys=per_run
+        )
+
+    def _tags(self, worker: str) -> dict[str, str]:
+        return {**self._run, "worker": worker}
+
+    def scored(self, worker: str, items: int, errors: int) -> None:
+        if items:
+            self._items.inc(items, tags=self._tags(worker))
+        if errors:
+            self._errors.inc(errors, tags=self._tags(worker))
+
+    def timed_out(self, worker: str) -> None:
+        self._timeouts.inc(1, tags=self._tags(worker))
+
+    def restarted(self, worker: str) -> None:
+        self._restarts.inc(1, tags=self._tags(worker))
+
+    def retried(self, chunks: int) -> None:
+        if chunks:
+            self._retries.inc(chunks, tags=self._run)
+
+    def queue_depth(self, items: int) -> None:
+        self._queue.set(items, tags=self._run)
+
+    def items_per_s(self, rate: float) -> None:
+        self._rate.set(rate, tags=self._run)
+
+    def waited(self, seconds: float) -> None:
+        self._wait.observe(seconds, tags=self._run)
+
+
+class RateWindow:
+    """Items per second over the last `window_s` seconds."""
+
+    def __init__(self, window_s: float = 10.0):
+        self._window_s = window_s
+        self._events: deque[tuple[float, int]] = deque()
+        self._total = 0
+
+    def add(self, now: float, items: int) -> None:
+        self._events.append((now, items))
+        self._total += items
+
+    def rate(self, now: float) -> float:
+        while self._events and self._events[0][0] < now - self._window_s:
+            self._total -= self._events.popleft()[1]
+        return self._total / self._window_s
