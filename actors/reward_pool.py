@@ -294,7 +294,9 @@ def _payload(completions: Sequence[Any], targets: Sequence[Any], start: int) -> 
     """
     payload = (list(completions), list(targets))
     approx_bytes = sum(len(x) + 16 if isinstance(x, str) else 64 for part in payload for x in part)
-    if approx_bytes < _INLINE_PAYLOAD_BYTES:
+    # Only all-str payloads go inline: anything else might not pickle, and that must fail here,
+    # in submit, not later in the dispatcher thread (which would take the whole pool down).
+    if approx_bytes < _INLINE_PAYLOAD_BYTES and all(isinstance(x, str) for part in payload for x in part):
         return payload
     try:
         return ray.put(payload)

@@ -33,6 +33,8 @@ class RunControl:
         self._run_id = run_id
         self._stop_reason: str | None = None
         self._events: deque[tuple[str, dict[str, Any]]] = deque()
+        self._published = 0  # events ever published
+        self._written = 0  # of those, how many the driver has written to the run directory
         self._metrics = RunMetrics(run_id) if export_metrics else None
 
     def request_stop(self, reason: str) -> None:
@@ -47,11 +49,20 @@ class RunControl:
         if kind not in EVENT_KINDS:
             raise ValueError(f"event kind {kind!r} is not one of {EVENT_KINDS}")
         self._events.append((kind, record))
+        self._published += 1
         if self._metrics is not None:
             if kind == STEP:
                 self._metrics.record_step(record)
             elif kind == EVAL:
                 self._metrics.record_eval(record)
+
+    def mark_written(self, count: int) -> None:
+        """The driver has written the first `count` events ever published."""
+        self._written = max(self._written, count)
+
+    def unwritten(self) -> int:
+        """Events published but not yet written by the driver."""
+        return self._published - self._written
 
     def drain(self) -> list[tuple[str, dict[str, Any]]]:
         """Every event published since the last drain, oldest first."""

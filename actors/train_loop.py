@@ -93,6 +93,7 @@ class WorkerLoop:
         self.total = spec.trainer.sft.steps + spec.trainer.grpo.steps
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
+        self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -181,13 +182,16 @@ class WorkerLoop:
 
     def checkpoint(self, step: int) -> None:
         """Rank 0 writes the trainer state; Ray Train persists it as `<storage>/step_<step>`."""
-        if step == self._last_checkpoint:
+        # After a fall-back past a bad checkpoint Ray Train still lists it: saving that name again
+        # would give it two entries for one directory, and pruning one deletes the other's files.
+        if step == self._last_checkpoint or step <= self._registered_through:
             return
         self._last_checkpoint = step
         metrics = {"step": step}
         if self.rank != 0:
             ray.train.report(metrics)  # every rank reports: it is a barrier
             return
+        self._wait_recorded(step)
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
         staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
         try:
@@ -201,6 +205,15 @@ class WorkerLoop:
             shutil.rmtree(staging, ignore_errors=True)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
 
+    def _wait_recorded(self, step: int) -> None:
+        """Until the driver has written every record published so far: a checkpoint then never
+        covers a step whose record a dying driver could still lose."""
+        deadline = time.monotonic() + CONTROL_TIMEOUT_S
+        while ray.get(self.control.unwritten.remote(), timeout=CONTROL_TIMEOUT_S) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the driver has not written the records up to step {step} for {CONTROL_TIMEOUT_S:g}s")
+            time.sleep(0.02)
+
     def restore(self) -> int:
         """Load Ray Train's latest checkpoint, if any; returns its step (0 when starting afresh)."""
         checkpoint = ray.train.get_checkpoint()
@@ -210,6 +223,7 @@ class WorkerLoop:
             state, extra = load_verified(Path(directory))
         self.trainer.load_state_dict(state)
         self._last_checkpoint = int(extra["step"])
+        self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
 
 

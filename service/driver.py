@@ -179,6 +179,7 @@ class RunDriver:
         )
         self.signals = StopSignals()
         self._error: BaseException | None = None
+        self._written = 0  # events drained from the control actor and written
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
@@ -252,6 +253,9 @@ class RunDriver:
             return
         for kind, record in events:
             self.recorder.handle(kind, record)
+        if events:
+            self._written += len(events)
+            control.mark_written.remote(self._written)  # a checkpoint waits for this
 
     def _report(self) -> None:
         try:

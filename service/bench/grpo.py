@@ -1,0 +1,275 @@
+"""Sections 4 and 5: whole GRPO steps, their time split, and the ablation of each optimisation.
+
+The reference configuration: a `tiny` GPT (2 layers, 128 wide, 4 heads) over the character
+vocabulary; 8 prompts of random 1-4-ply openings per step, K = 8, at most 64 new tokens,
+stopping at EOS; beta = 0.04 (a reference model); fp32; one optimisation pass per rollout;
+rewards from the default scorer; 2 torch threads. What the reference leaves open (micro-batch
+size, the reward pool's shape, SFT settings) is taken from the service's `demo` preset, which is
+how the service runs on a 2-core machine.
+
+Each configuration runs in a process of its own (`grpo_trial.run_trial`), one after the other,
+so its peak memory is its own. The policy is either freshly initialised (it rarely emits EOS, so
+completions run to 64 tokens: the worst case) or warmed by SFT first, as the service does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from service.bench.grpo_trial import merge_trials
+from service.bench.isolated import run_isolated
+from service.bench.report import add_table, new_section, set_headline
+from service.presets import PRESETS
+from trainer.config import TrainerConfig
+
+TARGET_COMPLETIONS_PER_S = 720.0
+TARGET_REWARD_FRACTION = 0.05
+REFERENCE_ROW = "+ streamed pool scoring"
+_TRIAL = "service.bench.grpo_trial:run_trial"
+
+
+@dataclass(frozen=True)
+class GRPOPlan:
+    steps: int = 8
+    warmup: int = 2
+    baseline_steps: int = 4  # the no-cache baseline is slow; fewer timed steps
+    threads: int = 2
+    sft_steps: int = 300
+    extras: bool = True  # section 4's extra rows: fresh policy, two micro-batches, one thread
+    max_new_tokens: int = 64  # the reference; tests shrink it
+    rounds: int = 1  # each configuration runs this many times, interleaved with the others
+
+
+def reference_config(sft_steps: int, max_new_tokens: int = 64) -> dict[str, Any]:
+    """The reference configuration as a TrainerConfig dict (fp32, TF32 off, no compile)."""
+    demo = PRESETS["demo"]
+    cfg = TrainerConfig.model_validate(
+        {
+            "model": {"size": "tiny", "block_size": demo["model"]["block_size"]},
+            "data": {"min_plies": 1, "max_plies": 4},
+            "sampling": {
+                "group_size": 8,
+                "max_new_tokens": max_new_tokens,
+                "prompts_per_microbatch": demo["sampling"]["prompts_per_microbatch"],
+            },
+            "grpo": {"prompts_per_step": 8, "beta": 0.04, "passes": 1},
+            "sft": {**demo["sft"], "steps": sft_steps},
+            "optim": demo.get("optim", {}),
+            "precision": {"dtype": "fp32", "tf32": False},
+        }
+    )
+    return cfg.model_dump(mode="json")
+
+
+def with_updates(cfg: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a config dict with `{"section.key": value}` set, validated again."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items()}
+    for dotted, value in updates.items():
+        section, key = dotted.split(".")
+        out[section][key] = value
+    return TrainerConfig.model_validate(out).model_dump(mode="json")
+
+
+def _rows(device: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Ablation rows: (name, config updates, trial options); each row adds one optimisation."""
+    rows = [
+        (
+            "baseline: fp32, no KV cache, serial scoring",
+            {"sampling.use_kv_cache": False},
+            {"rewards": "inline"},
+        ),
+        ("+ KV cache (prefill per row)", {}, {"rewards": "inline", "shared_prefill": False}),
+        ("+ shared prefill", {}, {"rewards": "inline"}),
+        (REFERENCE_ROW, {}, {"rewards": "pool"}),
+    ]
+    if device == "cuda":
+        gpu = [
+            ("+ TF32", {"precision.tf32": True}),
+            ("+ bf16 autocast", {"precision.dtype": "bf16"}),
+            ("+ torch.compile", {"model.compile": True, "sampling.compile": True}),
+        ]
+        updates: dict[str, Any] = {}
+        for name, upd in gpu:
+            updates = {**updates, **upd}
+            rows.append((name, dict(updates), {"rewards": "pool"}))
+    return rows
+
+
+class _Runner:
+    """Runs trials of one plan against one Ray cluster and one SFT-warmed policy."""
+
+    def __init__(self, plan: GRPOPlan, device: str, weights: str):
+        self.plan, self.device, self.weights = plan, device, weights
+        self.pool_cfg = dict(PRESETS["demo"]["pool"])
+        self.gcs = ray.get_runtime_context().gcs_address
+
+    def kwargs(self, cfg: dict, options: dict, warm: bool = True, **overrides: Any) -> dict[str, Any]:
+        return {
+            "trainer_cfg": cfg,
+            "steps": self.plan.steps,
+            "warmup": self.plan.warmup,
+            "threads": self.plan.threads,
+            "device": self.device,
+            "pool_cfg": self.pool_cfg,
+            "gcs_address": self.gcs,
+            "init_weights": self.weights if warm else None,
+            **options,
+            **overrides,
+        }
+
+    def run_all(self, trials: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Every trial once per round, in the same order each round, so a burst of background load
+        is spread over the configurations instead of landing on one; results merged per trial."""
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trials}
+        for _ in range(self.plan.rounds):
+            for name, kwargs in trials.items():
+                runs[name].append(run_isolated(_TRIAL, kwargs))
+        return {name: merge_trials(r) for name, r in runs.items()}
+
+
+def bench_grpo(plan: GRPOPlan) -> list[dict[str, Any]]:
+    """Sections 4 and 5 (needs `ray.init` done by the caller)."""
+    if not ray.is_initialized():
+        raise RuntimeError("the GRPO sections need Ray: call ray.init(...) first")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    base = reference_config(plan.sft_steps, plan.max_new_tokens)
+    with tempfile.TemporaryDirectory(prefix="bench-sft-") as tmp:
+        weights = str(Path(tmp) / "sft.pt")
+        sft = run_isolated(
+            "service.bench.grpo_trial:sft_warm_start",
+            {"trainer_cfg": base, "out_path": weights, "threads": plan.threads, "device": device},
+        )
+        runner = _Runner(plan, device, weights)
+        trials = {}
+        for name, updates, options in _rows(device):
+            steps = {"steps": plan.baseline_steps} if name.startswith("baseline") else {}
+            trials[name] = runner.kwargs(with_updates(base, updates), options, **steps)
+        if plan.extras:
+            trials.update(_extras(runner, base))
+        results = runner.run_all(trials)
+    ablation = {name: results[name] for name, _, _ in _rows(device)}
+    extras = {name: r for name, r in results.items() if name not in ablation}
+    split = _split_section(plan, sft, ablation, extras, device)
+    split["data"]["reference_config"] = base
+    return [split, _ablation_section(ablation, device)]
+
+
+def _extras(runner: _Runner, base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    two = with_updates(base, {"sampling.prompts_per_microbatch": 4})
+    return {
+        "fresh policy, serial scoring": runner.kwargs(base, {"rewards": "inline"}, warm=False),
+        "fresh policy, streamed pool scoring": runner.kwargs(base, {"rewards": "pool"}, warm=False),
+        "SFT-warm, streamed, 2 micro-batches of 4 prompts": runner.kwargs(two, {"rewards": "pool"}),
+        "SFT-warm, streamed, 1 torch thread": runner.kwargs(base, {"rewards": "pool"}, threads=1),
+    }
+
+
+def _split_row(name: str, r: dict[str, Any]) -> list[Any]:
+    return [
+        name,
+        r["sample_only_s"] * 1e3,
+        r["reward_critical_s"] * 1e3,
+        r["ref_s"] * 1e3,
+        r["update_s"] * 1e3,
+        r["step_s"] * 1e3,
+        r["completions_per_s"],
+        r["reward_fraction"],
+        r["completion_tokens"],
+        r["no_eos_frac"],
+        r["gflop"],
+        r["gflop_per_s"],
+    ]
+
+
+def _split_section(plan: GRPOPlan, sft: dict, ablation: dict, extras: dict, device: str) -> dict[str, Any]:
+    section = new_section(
+        "grpo_step", "4. A whole GRPO step", owns=("reward_wait_fraction", "grpo_completions_per_s")
+    )
+    rows = [
+        _split_row("SFT-warm, serial scoring (inline, after sampling)", ablation["+ shared prefill"]),
+        _split_row("SFT-warm, streamed pool scoring (reference)", ablation[REFERENCE_ROW]),
+    ]
+    rows += [_split_row(name, r) for name, r in extras.items()]
+    add_table(
+        section,
+        f"Median step split, reference configuration ({plan.max_new_tokens} new tokens), {plan.threads} threads on {device}",
+        [
+            "configuration",
+            "sampling ms",
+            "reward on critical path ms",
+            "reference ms",
+            "update ms",
+            "step ms",
+            "completions/s",
+            "reward share",
+            "mean completion tokens",
+            "share without EOS",
+            "GFLOP (est.)",
+            "GFLOP/s",
+        ],
+        rows,
+    )
+    ref = ablation[REFERENCE_ROW]
+    section["notes"] += [
+        f"SFT warm start: {sft['steps']} steps ({sft['seconds']:.0f} s), loss {sft['first_loss']:.2f} -> "
+        f"{sft['final_loss']:.2f}; the headline uses the SFT-warm policy with streamed pool scoring.",
+        "Reward on the critical path = time inside `submit` (scoring itself when inline; chunking and "
+        "`ray.put` for the pool) + time blocked in `collect`. Sampling excludes it. The step includes "
+        "writing its metrics line.",
+        f"Pool: the demo preset's {PRESETS['demo']['pool']}; micro-batches of "
+        f"{PRESETS['demo']['sampling']['prompts_per_microbatch']} prompts (the demo preset).",
+    ]
+    if ref["completions_per_s"] < TARGET_COMPLETIONS_PER_S:
+        section["notes"].append(
+            f"Below the {TARGET_COMPLETIONS_PER_S:g} completions/s target: of {ref['step_s'] * 1e3:.0f} ms per step, "
+            f"sampling takes {ref['sample_only_s'] * 1e3:.0f} ms, the reference pass {ref['ref_s'] * 1e3:.0f} ms, "
+            f"the update {ref['update_s'] * 1e3:.0f} ms and rewards {ref['reward_critical_s'] * 1e3:.1f} ms. "
+            f"The step is about {ref['gflop']:.1f} GFLOP (estimated from the sampled shapes) and ran at "
+            f"{ref['gflop_per_s']:.0f} GFLOP/s; {TARGET_COMPLETIONS_PER_S:g} completions/s would need "
+            f"{ref['gflop'] * TARGET_COMPLETIONS_PER_S / ref['completions']:.0f} GFLOP/s."
+        )
+    section["data"] = {"plan": plan.__dict__, "sft": sft, "extras": extras}
+    set_headline(section, "grpo_completions_per_s", ref["completions_per_s"])
+    set_headline(section, "reward_wait_fraction", ref["reward_fraction"])
+    return section
+
+
+def _ablation_section(ablation: dict[str, dict[str, Any]], device: str) -> dict[str, Any]:
+    section = new_section("ablation", "5. Ablation: one optimisation at a time")
+    rows, first, prev = [], None, None
+    for name, r in ablation.items():
+        first = first or r["step_s"]
+        rows.append(
+            [
+                name,
+                r["step_s"] * 1e3,
+                first / r["step_s"],
+                (prev or r["step_s"]) / r["step_s"],
+                r["completions_per_s"],
+                r["peak_mb"],
+            ]
+        )
+        prev = r["step_s"]
+    if device != "cuda":
+        for name in ("+ TF32", "+ bf16 autocast", "+ torch.compile"):
+            rows.append([name + " (GPU only)", None, None, None, None, None])
+        section["notes"].append("GPU-only rows are not measured here: no CUDA device.")
+    add_table(
+        section,
+        f"SFT-warm policy, reference configuration on {device}",
+        ["configuration", "step ms", "speed-up vs baseline", "vs previous row", "completions/s", "peak MiB"],
+        rows,
+    )
+    method = next(iter(ablation.values()))["method"]
+    section["notes"] += [
+        f"Peak memory: {method}; the reward workers' own memory is not included.",
+        "Fused AdamW is on in every row: the trainer's non-finite guard relies on it.",
+    ]
+    section["data"] = {"rows": ablation}
+    return section

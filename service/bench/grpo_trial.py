@@ -1,0 +1,286 @@
+"""Whole GRPO steps of one configuration, measured in a process of its own (see isolated.py).
+
+A step is timed from the call of `Trainer.grpo_step` to the end of writing its metrics line,
+so sampling, scoring, the reference pass, loss, backward, the optimiser and metric logging are
+all inside it. Rewards come from the default scorer, either inline (scored inside `submit`,
+serially after each micro-batch is sampled) or through a `RewardPool` connected to the Ray
+cluster the parent started (scoring overlaps the rest of the step).
+
+    sft_warm_start(trainer_cfg, out_path, ...)   # the policy the service would start GRPO from
+    run_trial(trainer_cfg, rewards="pool", ...)  # medians of the step's phases and its peak memory
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import torch
+
+from actors.config import PoolConfig
+from actors.reward_pool import RewardPool
+from rewards import USABLE_STATUSES, RewardConfig, Scorer
+from service.bench.isolated import PeakMemory
+from service.bench.timing import median
+from trainer.chess_data import generate_pairs
+from trainer.config import TrainerConfig
+from trainer.engine import Trainer
+from trainer.rollout import Rollout, completions_text
+from trainer.sampler import generate
+from trainer.scoring import InlineRewards, Rewards
+
+GRPO_DATA_SEED = 11  # GRPO prompts come from a stream apart from the SFT pairs
+
+
+class PerRowPrefillTrainer(Trainer):
+    """The trainer with the KV cache but no shared prefill: each prompt is repeated K times and
+    prefilled once per row (the ablation step between "no cache" and the trainer as it is)."""
+
+    def sample(self, pairs: Sequence[Any], rewards: Any) -> tuple[list[Rollout], list[Any]]:
+        cfg = self.cfg.sampling
+        k, single = cfg.group_size, cfg.model_copy(update={"group_size": 1})
+        rollouts, tickets = [], []
+        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
+            chunk = pairs[start : start + cfg.prompts_per_microbatch]
+            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk for _ in range(k)]
+            with self.precision.autocast():
+                rollout = generate(
+                    self.model, prompts, single, self.tokenizer, generator=self.sample_generator
+                )
+            rollout = rollout._replace(group_size=k)  # rows are already laid out group after group
+            targets = [p.target for p in chunk for _ in range(k)]
+            tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
+            rollouts.append(rollout)
+        return rollouts, tickets
+
+
+def scorer_rewards(scorer: Scorer):
+    """The default scorer as a `ScoreFn` returning `Rewards` with statuses (for InlineRewards)."""
+
+    def score(completions: list[str], targets: list[str]) -> Rewards:
+        results = scorer.score_batch(completions, targets)
+        return Rewards(
+            values=[r.total for r in results],
+            usable=[r.status in USABLE_STATUSES for r in results],
+            statuses=[r.status for r in results],
+        )
+
+    return score
+
+
+class TimedRewards:
+    """A `RewardSource` wrapper that times `submit` and `collect`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.reset()
+
+    def reset(self) -> None:
+        self.submit_s = self.collect_s = 0.0
+
+    def submit(self, completions: list[str], targets: list[str]) -> Any:
+        began = time.perf_counter()
+        ticket = self.inner.submit(completions, targets)
+        self.submit_s += time.perf_counter() - began
+        return ticket
+
+    def collect(self, tickets: list[Any], timeout_s: float | None = None) -> Rewards:
+        began = time.perf_counter()
+        out = self.inner.collect(tickets, timeout_s)
+        self.collect_s += time.perf_counter() - began
+        return out
+
+
+class RolloutLog:
+    """The rollouts the trainer sampled in a step, read after the step (no device sync inside it):
+    each micro-batch's shape and each completion's token count and whether it ended in EOS."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.eos_id = trainer.tokenizer.eos_id
+        self.rollouts: list[Rollout] = []
+        sample = trainer.sample
+
+        def observed(pairs: Sequence[Any], rewards: Any) -> tuple[list[Rollout], list[Any]]:
+            rollouts, tickets = sample(pairs, rewards)
+            self.rollouts += rollouts
+            return rollouts, tickets
+
+        trainer.sample = observed  # an instance attribute: grpo_step's self.sample finds it first
+
+    def clear(self) -> None:
+        self.rollouts = []
+
+    @property
+    def shapes(self) -> list[tuple[int, int, int, int]]:
+        """(rows N, prompts B, prompt length P, completion length L) of each micro-batch."""
+        return [
+            (r.num_rows, r.num_rows // r.group_size, r.prompt_len, r.completion_mask.shape[1])
+            for r in self.rollouts
+        ]
+
+    @property
+    def tokens(self) -> list[int]:
+        """Sampled tokens of each completion, EOS included."""
+        return [n for r in self.rollouts for n in r.completion_mask.sum(1).tolist()]
+
+    @property
+    def ended(self) -> list[bool]:
+        """Whether each completion ended in EOS (else it ran to max_new_tokens)."""
+        return [e for r in self.rollouts for e in (r.completion_ids == self.eos_id).any(1).tolist()]
+
+
+def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached: bool) -> float:
+    """Matmul + attention FLOPs of one step from its micro-batch shapes (the PaLM/nanoGPT count).
+
+    Update: forward + backward over [N, P+L] per pass; reference: one forward; sampling with the
+    cache: a forward of each prompt once per prompt and of each new token once; without it, a
+    forward over the whole sequence so far at every new token.
+    """
+    cfg = trainer.cfg
+
+    def fwd_per_token(seq_len: float) -> float:
+        return trainer.model.estimate_flops_per_token(seq_len) / 3  # forward = a third of forward + backward
+
+    total = 0.0
+    for n, b, p, length in shapes:
+        t = p + length
+        total += cfg.grpo.passes * 3 * fwd_per_token(t) * n * t
+        total += (cfg.grpo.beta > 0) * fwd_per_token(t) * n * t
+        if cached:
+            total += fwd_per_token(p) * b * p + fwd_per_token(p + length / 2) * n * length
+        else:
+            total += sum(fwd_per_token(p + j) * n * (p + j) for j in range(length))
+    return total
+
+
+def _open_rewards(kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None) -> tuple[Any, Any]:
+    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster.
+
+    With a gcs_address the process joins the cluster either way, as the service's trainer
+    process does, so inline and pool trials carry the same Ray threads.
+    """
+    if kind not in ("inline", "pool"):
+        raise ValueError(f"rewards must be 'inline' or 'pool', got {kind!r}")
+    if kind == "pool" and not gcs_address:
+        raise ValueError("rewards='pool' needs the gcs_address of a running Ray cluster")
+    if gcs_address and not ray.is_initialized():
+        ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
+    if kind == "inline":
+        return InlineRewards(scorer_rewards(Scorer(RewardConfig()))), None
+    cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
+    pool = RewardPool.create(RewardConfig(), cfg, run_id="bench")
+    return pool, pool
+
+
+def _step_record(
+    metrics: dict[str, float], timed: TimedRewards, log: RolloutLog, wall_s: float
+) -> dict[str, float]:
+    critical = timed.submit_s + timed.collect_s
+    tokens, ended = log.tokens, log.ended
+    n = max(1, len(tokens))
+    return {
+        "step_s": wall_s,
+        "sample_s": metrics["sample_s"],
+        "sample_only_s": metrics["sample_s"] - timed.submit_s,
+        "reward_submit_s": timed.submit_s,
+        "reward_wait_s": timed.collect_s,
+        "reward_critical_s": critical,
+        "reward_fraction": critical / wall_s,
+        "ref_s": metrics.get("ref_s", 0.0),
+        "update_s": metrics["update_s"],
+        "completions": metrics["completions"],
+        "completions_per_s": metrics["completions"] / wall_s,
+        "reward_mean": metrics["reward_mean"],
+        "completion_tokens": sum(tokens) / n,
+        "no_eos_frac": 1.0 - sum(ended) / n,
+    }
+
+
+def run_trial(
+    trainer_cfg: dict[str, Any],
+    rewards: str,
+    steps: int,
+    warmup: int,
+    threads: int,
+    device: str = "cpu",
+    shared_prefill: bool = True,
+    init_weights: str | None = None,
+    pool_cfg: dict[str, Any] | None = None,
+    gcs_address: str | None = None,
+) -> dict[str, Any]:
+    """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory."""
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    cfg = TrainerConfig.model_validate(trainer_cfg)
+    trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, device=device)
+    if init_weights:
+        trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
+    source, pool = _open_rewards(rewards, pool_cfg, gcs_address)
+    timed = TimedRewards(source)
+    rollouts = RolloutLog(trainer)
+    n = cfg.grpo.prompts_per_step
+    pairs = generate_pairs(
+        (warmup + steps) * n, seed=GRPO_DATA_SEED, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies
+    )
+    records = []
+    try:
+        memory = PeakMemory(trainer.device)
+        with tempfile.TemporaryFile("w") as metrics_log:
+            for i in range(warmup + steps):
+                timed.reset()
+                rollouts.clear()
+                began = time.perf_counter()
+                metrics = trainer.grpo_step(pairs[i * n : (i + 1) * n], timed)
+                metrics_log.write(json.dumps({"step": i, "phase": "grpo", **metrics}) + "\n")
+                metrics_log.flush()
+                wall = time.perf_counter() - began
+                if i >= warmup:
+                    record = _step_record(metrics, timed, rollouts, wall)
+                    record["gflop"] = step_flops(trainer, rollouts.shapes, cfg.sampling.use_kv_cache) / 1e9
+                    record["gflop_per_s"] = record["gflop"] / wall
+                    records.append(record)
+        peak = memory.result()
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return {**summarise_steps(records), **peak}
+
+
+def summarise_steps(records: list[dict[str, float]]) -> dict[str, Any]:
+    """The median of every per-step figure, and the steps themselves under "steps"."""
+    if not records:
+        raise ValueError("no timed steps to summarise (steps must be >= 1)")
+    return {**{k: median([r[k] for r in records]) for k in records[0]}, "steps": records}
+
+
+def merge_trials(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of one configuration as one: medians over all their steps, the largest peak."""
+    merged = summarise_steps([r for t in trials for r in t["steps"]])
+    merged.update(peak_mb=max(t["peak_mb"] for t in trials), method=trials[0]["method"], runs=len(trials))
+    return merged
+
+
+def sft_warm_start(
+    trainer_cfg: dict[str, Any], out_path: str, threads: int, device: str = "cpu"
+) -> dict[str, Any]:
+    """`sft.steps` SFT steps from the seed's initial weights; saves the policy's state_dict."""
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    cfg = TrainerConfig.model_validate(trainer_cfg)
+    if cfg.sft.steps < 1:
+        raise ValueError(f"sft_warm_start needs sft.steps >= 1, got {cfg.sft.steps}")
+    trainer = Trainer(cfg, device=device)
+    b = cfg.sft.batch_size
+    pairs = generate_pairs(
+        cfg.sft.steps * b, seed=cfg.data.seed, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies
+    )
+    began = time.perf_counter()
+    losses = [trainer.sft_step(pairs[i * b : (i + 1) * b])["loss"] for i in range(cfg.sft.steps)]
+    elapsed = time.perf_counter() - began
+    torch.save(trainer.model.state_dict(), out_path)
+    return {"steps": cfg.sft.steps, "seconds": elapsed, "first_loss": losses[0], "final_loss": losses[-1]}

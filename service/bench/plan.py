@@ -1,0 +1,57 @@
+"""What a benchmark run measures: the sizes and repeats of each section, quick or full."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.bench.grpo import GRPOPlan
+from service.bench.machine import usable_cores
+from service.bench.reward import RewardPlan
+from service.bench.sampling import SamplingPlan
+from service.bench.train_step import TrainStepPlan
+
+SECTIONS = ("reward", "sampling", "train_step", "grpo")
+
+
+def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
+    """1..M reward workers, M = the usable cores (at least 2, for the headline's 2-worker pool)."""
+    return tuple(range(1, max(2, min(usable_cores(), max_workers)) + 1))
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    mode: str
+    reward: RewardPlan
+    sampling: SamplingPlan
+    train_step: TrainStepPlan
+    grpo: GRPOPlan
+    sections: tuple[str, ...] = field(default=SECTIONS)
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.sections if s not in SECTIONS]
+        if unknown or not self.sections:
+            raise ValueError(
+                f"sections must be a non-empty subset of {list(SECTIONS)}, got {list(self.sections)}"
+            )
+
+
+def quick_plan() -> BenchPlan:
+    """Every section at its smallest useful size: under 3 minutes on 2 quiet CPUs."""
+    return BenchPlan(
+        mode="quick",
+        reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=3, dispatch_calls=50),
+        sampling=SamplingPlan(repeats=3),
+        train_step=TrainStepPlan(steps=5, warmup=2),
+        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
+    )
+
+
+def full_plan() -> BenchPlan:
+    """More repeats, the whole chunk sweep and section 4's extra rows (about 10 minutes on 2 CPUs)."""
+    return BenchPlan(
+        mode="full",
+        reward=RewardPlan(worker_counts=worker_counts(), repeats=7, dispatch_calls=200),
+        sampling=SamplingPlan(repeats=5),
+        train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
+        grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
+    )

@@ -1,0 +1,96 @@
+"""Run the sections of a plan, survive a failing one, and assemble bench.json's object."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+
+from service.bench.grpo import bench_grpo
+from service.bench.machine import load_average, machine_info, usable_cores
+from service.bench.plan import BenchPlan
+from service.bench.report import collect_headline, new_section
+from service.bench.reward import bench_reward
+from service.bench.sampling import bench_sampling
+from service.bench.train_step import bench_train_step
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+# section name -> (titles of the sections it produces, headline keys they own, how to run it)
+_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan], Any]]] = {
+    "reward": (("1. Reward scoring",), ("pool2_vs_inprocess",), lambda p: bench_reward(p.reward)),
+    "sampling": (
+        ("2. Sampling: full recomputation vs KV cache",),
+        ("kv_cache_speedup",),
+        lambda p: bench_sampling(p.sampling),
+    ),
+    "train_step": (
+        ("3. Training step by numeric mode",),
+        ("bf16_vs_fp32_speedup", "mfu"),
+        lambda p: bench_train_step(p.train_step),
+    ),
+    "grpo": (
+        ("4. A whole GRPO step", "5. Ablation: one optimisation at a time"),
+        ("reward_wait_fraction", "grpo_completions_per_s"),
+        lambda p: bench_grpo(p.grpo),
+    ),
+}
+
+
+def _run_section(name: str, plan: BenchPlan) -> list[dict[str, Any]]:
+    titles, owns, fn = _SECTIONS[name]
+    began = time.perf_counter()
+    try:
+        out = fn(plan)
+        sections = out if isinstance(out, list) else [out]
+    except Exception as exc:  # one broken section must not lose the others' figures
+        log.error("section %s failed:\n%s", name, traceback.format_exc())
+        sections = []
+        for title in titles:
+            section = new_section(name, title, owns=owns)
+            section["status"], section["error"] = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
+            sections.append(section)
+    for section in sections:
+        section["elapsed_s"] = time.perf_counter() - began
+        section["load_average_at_end"] = load_average()
+    return sections
+
+
+def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
+    """Every section of `plan`, in order; starts (and stops) a local Ray unless one is running."""
+    began = time.perf_counter()
+    info = machine_info()
+    started_ray = False
+    if not ray.is_initialized() and {"reward", "grpo"} & set(plan.sections):
+        ray.init(
+            num_cpus=max(4, usable_cores()),
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+        started_ray = True
+    try:
+        sections = [s for name in plan.sections for s in _run_section(name, plan)]
+    finally:
+        if started_ray:
+            ray.shutdown()
+    headline, notes = collect_headline(sections)
+    return {
+        "schema": SCHEMA_VERSION,
+        "command": command,
+        "mode": plan.mode,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "elapsed_s": time.perf_counter() - began,
+        "machine": info,
+        "load_average_at_end": load_average(),
+        "headline": headline,
+        "headline_notes": notes,
+        "sections": sections,
+    }
