@@ -217,7 +217,9 @@ def _validate(
         )
     bad = [i for i, p in enumerate(prompts) if min(p) < 0 or max(p) >= model.vocab_size]
     if bad:
-        raise ValueError(f"prompt token ids must lie in [0, {model.vocab_size}); prompts out of range: {bad[:5]}")
+        raise ValueError(
+            f"prompt token ids must lie in [0, {model.vocab_size}); prompts out of range: {bad[:5]}"
+        )
     longest = max(len(p) for p in prompts)
     if longest + cfg.max_new_tokens > model.config.block_size:
         raise ValueError(
