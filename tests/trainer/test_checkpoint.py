@@ -12,15 +12,6 @@ from trainer.config import TrainerConfig
 from trainer.engine import Trainer
 from trainer.scoring import InlineRewards
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
 CFG = TrainerConfig.model_validate(
     {

@@ -12,16 +12,6 @@ from trainer.grpo_batch import RewardFailure
 from trainer.optim import NonFiniteStepsError
 from trainer.scoring import InlineRewards, Rewards
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matmuls: threads only add contention (the machine may be shared); results do not change.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
 
 

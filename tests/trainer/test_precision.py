@@ -12,15 +12,6 @@ from trainer.sft import build_sft_batch, sft_loss_sum
 from trainer.tokenizer import TOKENIZER as TOK
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matmuls: extra threads only add contention on a shared machine; results do not depend on it.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_scaler_only_for_fp16_and_autocast_only_when_asked():
     assert Precision(PrecisionConfig(dtype="fp32"), "cpu").scaler is None
     assert Precision(PrecisionConfig(dtype="bf16"), "cpu").scaler is None
