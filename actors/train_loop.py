@@ -211,7 +211,9 @@ class WorkerLoop:
         deadline = time.monotonic() + CONTROL_TIMEOUT_S
         while ray.get(self.control.unwritten.remote(), timeout=CONTROL_TIMEOUT_S) > 0:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the driver has not written the records up to step {step} for {CONTROL_TIMEOUT_S:g}s")
+                raise RuntimeError(
+                    f"the driver has not written the records up to step {step} for {CONTROL_TIMEOUT_S:g}s"
+                )
             time.sleep(0.02)
 
     def restore(self) -> int:

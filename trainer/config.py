@@ -84,7 +84,9 @@ class SamplingConfig(Frozen):
     temperature: float = Field(1.0, gt=0.0)
     top_k: int | None = Field(None, ge=1)
     use_kv_cache: bool = True
-    prompts_per_microbatch: int = Field(4, ge=1, description="prompts sampled together; scored while the next is sampled")
+    prompts_per_microbatch: int = Field(
+        4, ge=1, description="prompts sampled together; scored while the next is sampled"
+    )
     compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
 
@@ -103,7 +105,9 @@ class GRPOConfig(Frozen):
     beta: float = Field(0.04, ge=0.0, description="KL coefficient; 0 builds no reference model")
     ref_on_cpu: bool = Field(False, description="keep the reference model on CPU between forward passes")
     loss_agg: Literal["token", "sequence", "constant"] = "token"
-    loss_constant: int | None = Field(None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)")
+    loss_constant: int | None = Field(
+        None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)"
+    )
     passes: int = Field(1, ge=1, description="optimisation passes over one rollout")
     on_unusable_reward: Literal["drop_group", "fail"] = Field(
         "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
@@ -117,7 +121,9 @@ class GRPOConfig(Frozen):
         if self.loss_constant is not None and self.loss_agg != "constant":
             raise ValueError("loss_constant is only used with loss_agg='constant'")
         if self.ref_on_cpu and self.beta == 0:
-            raise ValueError("ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false")
+            raise ValueError(
+                "ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false"
+            )
         return self
 
 
@@ -138,7 +144,9 @@ class OptimConfig(Frozen):
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float | None = Field(1.0, gt=0.0)
     warmup_steps: int = Field(0, ge=0)
-    max_consecutive_skips: int = Field(5, ge=1, description="stop the run after this many non-finite steps in a row")
+    max_consecutive_skips: int = Field(
+        5, ge=1, description="stop the run after this many non-finite steps in a row"
+    )
 
 
 class PrecisionConfig(Frozen):
