@@ -7,9 +7,11 @@ rewards from the default scorer; 2 torch threads. What the reference leaves open
 size, the reward pool's shape, SFT settings) is taken from the service's `demo` preset, which is
 how the service runs on a 2-core machine.
 
-Each configuration runs in a process of its own (`grpo_trial.run_trial`), one after the other,
-so its peak memory is its own. The policy is either freshly initialised (it rarely emits EOS, so
-completions run to 64 tokens: the worst case) or warmed by SFT first, as the service does.
+Each configuration runs in a process of its own (`grpo_trial.run_trial`), so its peak memory is
+its own; with `rounds` > 1 every configuration runs once per round, interleaved with the others.
+The policy is either freshly initialised or warmed by SFT first, as the service does. Either way
+a micro-batch decodes until its last row stops, so with 64 rows it nearly always runs the full 64
+steps; the SFT-warm policy writes longer completions (a whole FEN) than the fresh one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from service.bench.grpo_trial import merge_trials
 from service.bench.isolated import run_isolated
 from service.bench.report import add_table, new_section, set_headline
+from service.bench.timing import interleaved_times, median, torch_threads
 from service.presets import PRESETS
 from trainer.config import TrainerConfig
 
@@ -65,6 +68,16 @@ def reference_config(sft_steps: int, max_new_tokens: int = 64) -> dict[str, Any]
         }
     )
     return cfg.model_dump(mode="json")
+
+
+def matmul_gflops(threads: int, repeats: int = 20) -> float:
+    """This CPU's fp32 matmul rate at the update's shapes ([64*74, 128] x [128, 512]), GFLOP/s:
+    what the whole step would run at if every FLOP were a large, efficient matmul."""
+    m, k, n = 64 * 74, 128, 512
+    with torch_threads(threads):
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        times = interleaved_times({"mm": lambda _: a @ b}, repeats, warmup=3)["mm"]
+    return 2 * m * k * n / median(times) / 1e9
 
 
 def with_updates(cfg: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +168,8 @@ def bench_grpo(plan: GRPOPlan) -> list[dict[str, Any]]:
         results = runner.run_all(trials)
     ablation = {name: results[name] for name, _, _ in _rows(device)}
     extras = {name: r for name, r in results.items() if name not in ablation}
-    split = _split_section(plan, sft, ablation, extras, device)
+    matmul = matmul_gflops(plan.threads) if device == "cpu" else None
+    split = _split_section(plan, sft, ablation, extras, device, matmul)
     split["data"]["reference_config"] = base
     return [split, _ablation_section(ablation, device)]
 
@@ -187,7 +201,9 @@ def _split_row(name: str, r: dict[str, Any]) -> list[Any]:
     ]
 
 
-def _split_section(plan: GRPOPlan, sft: dict, ablation: dict, extras: dict, device: str) -> dict[str, Any]:
+def _split_section(
+    plan: GRPOPlan, sft: dict, ablation: dict, extras: dict, device: str, matmul_gflops_s: float | None
+) -> dict[str, Any]:
     section = new_section(
         "grpo_step", "4. A whole GRPO step", owns=("reward_wait_fraction", "grpo_completions_per_s")
     )
@@ -234,7 +250,24 @@ def _split_section(plan: GRPOPlan, sft: dict, ablation: dict, extras: dict, devi
             f"{ref['gflop_per_s']:.0f} GFLOP/s; {TARGET_COMPLETIONS_PER_S:g} completions/s would need "
             f"{ref['gflop'] * TARGET_COMPLETIONS_PER_S / ref['completions']:.0f} GFLOP/s."
         )
-    section["data"] = {"plan": plan.__dict__, "sft": sft, "extras": extras}
+    if matmul_gflops_s:
+        ceiling = ref["completions"] / (ref["gflop"] / matmul_gflops_s)
+        section["notes"].append(
+            f"This CPU's fp32 matmul rate at the update's shapes, {plan.threads} threads: {matmul_gflops_s:.0f} GFLOP/s; "
+            f"a step whose every FLOP ran at that rate would give {ceiling:.0f} completions/s."
+        )
+    if ref["reward_fraction"] > TARGET_REWARD_FRACTION:
+        section["notes"].append(
+            f"Reward on the critical path is {ref['reward_fraction']:.1%} of the step, above the "
+            f"{TARGET_REWARD_FRACTION:.0%} target: {ref['reward_submit_s'] * 1e3:.1f} ms in submit, "
+            f"{ref['reward_wait_s'] * 1e3:.1f} ms waiting in collect."
+        )
+    section["data"] = {
+        "plan": plan.__dict__,
+        "sft": sft,
+        "extras": extras,
+        "matmul_gflops_s": matmul_gflops_s,
+    }
     set_headline(section, "grpo_completions_per_s", ref["completions_per_s"])
     set_headline(section, "reward_wait_fraction", ref["reward_fraction"])
     return section
@@ -266,6 +299,13 @@ def _ablation_section(ablation: dict[str, dict[str, Any]], device: str) -> dict[
         ["configuration", "step ms", "speed-up vs baseline", "vs previous row", "completions/s", "peak MiB"],
         rows,
     )
+    serial, streamed = ablation.get("+ shared prefill"), ablation.get(REFERENCE_ROW)
+    if serial and streamed and streamed["step_s"] > serial["step_s"]:
+        section["notes"].append(
+            f"Streamed scoring has little to hide in this configuration: scoring a step's "
+            f"{serial['completions']:.0f} completions in process takes {serial['reward_critical_s'] * 1e3:.1f} ms, "
+            "while the reward workers and the pool's dispatcher share the cores with the trainer."
+        )
     method = next(iter(ablation.values()))["method"]
     section["notes"] += [
         f"Peak memory: {method}; the reward workers' own memory is not included.",

@@ -39,7 +39,7 @@ def quick_plan() -> BenchPlan:
     """Every section at its smallest useful size: under 3 minutes on 2 quiet CPUs."""
     return BenchPlan(
         mode="quick",
-        reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=3, dispatch_calls=50),
+        reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=5, dispatch_calls=50),
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
         grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
@@ -50,7 +50,7 @@ def full_plan() -> BenchPlan:
     """More repeats, the whole chunk sweep and section 4's extra rows (about 10 minutes on 2 CPUs)."""
     return BenchPlan(
         mode="full",
-        reward=RewardPlan(worker_counts=worker_counts(), repeats=7, dispatch_calls=200),
+        reward=RewardPlan(worker_counts=worker_counts(), repeats=15, dispatch_calls=200),
         sampling=SamplingPlan(repeats=5),
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
