@@ -4,8 +4,9 @@
   checkpoints, records, report) in well under a minute on 2 CPUs. It checks plumbing, not learning.
 - `demo` (the default): a small policy on 2 CPUs in under 10 minutes; GRPO raises the held-out
   reward over its SFT start.
-- `gpt2-4090`: GPT-2 small (124M parameters) in bf16, one DDP rank per GPU, a reward pool sized
-  for CPU nodes.
+- `gpt2-4090`: GPT-2 small's shape (12 layers, 768 wide; 85M parameters with the character
+  vocabulary, GPT-2's 124M counting a 50k-token embedding) in bf16, one DDP rank per GPU, a
+  reward pool sized for CPU nodes.
 
 A preset holds only what differs from the defaults of the typed configs.
 """
