@@ -1,4 +1,4 @@
-"""Timing helpers: interleaved repeats after a warm-up, medians, and torch's thread count.
+"""Timing utilities: interleaved repeats after a warm-up, medians, and torch's thread count.
 
 Every figure of the benchmark is a median of several timed repeats taken after untimed
 warm-up calls. Variants that are compared with each other run interleaved (A, B, A, B, ...)
