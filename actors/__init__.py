@@ -1,0 +1,1 @@
+"""Ray's side of the service: `actors.pool` (the reward pool) and `actors.run` (one rank's run)."""

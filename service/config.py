@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from actors.config import PoolConfig
+from actors.pool.config import PoolConfig
 from rewards import RewardConfig
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
@@ -33,6 +33,21 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 class ConfigError(ValueError):
     """A config that cannot be used; str() is one line naming the key, the value and what is allowed."""
+
+
+class TaskConfig(Frozen):
+    """Which task the run trains on (`service.tasks.TASKS`)."""
+
+    name: str = Field("fen", description="the task: its data, its scorer and its held-out figures")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        from service.tasks import TASKS  # the registry imports the tasks, which import this module's peers
+
+        if value not in TASKS:
+            raise ValueError(f"{value!r} is not a task; expected one of {_quoted(TASKS)}")
+        return value
 
 
 class ScalingConfig(Frozen):
@@ -78,8 +93,9 @@ class RunConfig(Frozen):
 
 
 class ServiceConfig(TrainerConfig):
-    """Everything one run needs: the trainer's sections plus reward, pool, scaling and run."""
+    """Everything one run needs: the trainer's sections plus task, reward, pool, scaling and run."""
 
+    task: TaskConfig = TaskConfig()
     reward: RewardConfig = RewardConfig()
     pool: PoolConfig = PoolConfig()
     scaling: ScalingConfig = ScalingConfig()
@@ -105,11 +121,6 @@ class ServiceConfig(TrainerConfig):
 def trainer_config(cfg: ServiceConfig) -> TrainerConfig:
     """The trainer's own config: exactly its sections of the service config."""
     return TrainerConfig(**{name: getattr(cfg, name) for name in TrainerConfig.model_fields})
-
-
-def total_steps(cfg: TrainerConfig) -> int:
-    """Global steps of a run: SFT steps, then GRPO steps, on one counter."""
-    return cfg.sft.steps + cfg.grpo.steps
 
 
 def config_to_yaml(cfg: BaseModel) -> str:

@@ -21,47 +21,19 @@ from typing import Any
 
 import ray
 
-from actors.reward_pool import RewardPool
-from actors.run_control import start_run_control
-from actors.train_loop import LoopSpec, train_loop_per_worker
-from service.config import ConfigError, ServiceConfig, trainer_config
+from actors.pool.reward_pool import RewardPool
+from actors.run.control import start_run_control
+from actors.run.loop import LoopSpec, train_loop_per_worker
+from service.config import ServiceConfig, trainer_config
 from service.recorder import RunRecorder
-from service.records import CHECKPOINT_DIR
 from service.report import write_report
-from trainer.chess_data import Pair, eval_pairs, is_held_out, load_jsonl, load_pgn
+from service.run_files import CHECKPOINT_DIR
+from service.tasks import Task
+from trainer.data.pairs import Pair
+from trainer.schedule import Schedule
 
 POLL_INTERVAL_S = 0.2
 CHECKPOINT_RUN_NAME = CHECKPOINT_DIR  # Ray Train's experiment name: <root>/checkpoints/step_*
-
-
-def load_training_pairs(cfg: ServiceConfig) -> list[Pair] | None:
-    """The training pairs of a file source, held-out positions removed; None for generated games."""
-    d = cfg.data
-    if d.source == "generated":
-        return None
-    try:
-        report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
-    except ValueError as exc:  # DataFileError: the file cannot be read
-        raise ConfigError(f"data.path: {exc}") from None
-    pairs = [p for p in report.pairs if not is_held_out(p.target)]
-    if report.skipped:
-        print(f"[data] {d.path}: skipped {report.skipped} bad records; first: {report.errors[0]}", flush=True)
-    if not pairs:
-        raise ValueError(
-            f"data.path: {d.path!r} gives no usable training pairs ({report.skipped} bad records)"
-        )
-    print(
-        f"[data] {d.path}: {len(pairs)} training pairs ({len(report.pairs) - len(pairs)} held-out positions left out)"
-    )
-    return pairs
-
-
-def held_out_pairs(cfg: ServiceConfig) -> list[Pair]:
-    d = cfg.data
-    try:
-        return eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
-    except ValueError as exc:
-        raise ConfigError(f"data.eval_size: {d.eval_size} is not allowed here; {exc}") from None
 
 
 def checkpoint_root(cfg: ServiceConfig) -> Path:
@@ -169,13 +141,13 @@ class StopSignals:
 class RunDriver:
     """Runs one resolved config to a summary; `run()` returns the process exit code."""
 
-    def __init__(self, cfg: ServiceConfig, eval_set: list[Pair], train_pairs: list[Pair] | None):
+    def __init__(self, cfg: ServiceConfig, task: Task, eval_set: list[Pair], train_pairs: list[Pair] | None):
         self.cfg = cfg
+        self.task = task
         self.eval_set = eval_set
         self.train_pairs = train_pairs
-        tcfg = trainer_config(cfg)
         self.recorder = RunRecorder(
-            cfg.run.run_dir, str(cfg.run.name), tcfg.sft.steps, tcfg.grpo.steps, cfg.run.log_every
+            cfg.run.run_dir, str(cfg.run.name), Schedule.of(trainer_config(cfg)), cfg.run.log_every
         )
         self.signals = StopSignals()
         self._error: BaseException | None = None
@@ -188,7 +160,7 @@ class RunDriver:
             started_ray = init_ray(self.cfg)
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
-            pool = RewardPool.create(self.cfg.reward, self.cfg.pool, run_id=str(self.cfg.run.name))
+            pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
         except KeyboardInterrupt:  # a second Ctrl-C: end now, without waiting for a checkpoint
             status, error = "stopped", None
@@ -214,7 +186,7 @@ class RunDriver:
         refs = ray.put(self.train_pairs) if self.train_pairs is not None else None
         spec = LoopSpec(
             trainer=trainer_config(self.cfg),
-            reward=self.cfg.reward,
+            task=self.task,
             pool=self.cfg.pool,
             run_id=str(self.cfg.run.name),
             eval_pairs=self.eval_set,

@@ -1,6 +1,6 @@
 """The driver's side of the records: events from rank 0 become files, job-log lines and the summary.
 
-Free of Ray so it is tested directly. Each event (see `actors.run_control`) is handled in the
+Free of Ray so it is tested directly. Each event (see `actors.run.control`) is handled in the
 order rank 0 published it: a `start` truncates the logs past the checkpoint being resumed from
 (so no row is ever duplicated), a `step` appends to metrics.jsonl and prints the progress line,
 an `eval` appends to eval.jsonl, an `error` keeps the reason for the summary.
@@ -15,9 +15,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
-from actors.run_control import CHECKPOINT, ERROR, EVAL, START, STEP
+from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, format_record
-from service.records import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, json_safe, write_json_atomic
+from service.run_files import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, json_safe, write_json_atomic
+from trainer.schedule import Schedule
 
 # Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
 EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean", "count")
@@ -46,15 +47,14 @@ class RunRecorder:
         self,
         run_dir: str | Path,
         run_id: str,
-        sft_steps: int,
-        grpo_steps: int,
+        schedule: Schedule,
         log_every: int = 1,
         out: TextIO | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.run_id = run_id
-        self.sft_steps, self.grpo_steps = sft_steps, grpo_steps
-        self.total_steps = sft_steps + grpo_steps
+        self.schedule = schedule
+        self.total_steps = schedule.total
         self.log_every = log_every
         self.out = out if out is not None else sys.stdout
         self.metrics = JsonlLog(self.run_dir / METRICS_FILE)
@@ -154,10 +154,8 @@ class RunRecorder:
 
     def eta_s(self, step: int) -> float | None:
         """Seconds left: remaining steps of each phase times that phase's recent mean step time."""
-        remaining_sft = max(0, self.sft_steps - step)
-        remaining_grpo = min(self.grpo_steps, self.total_steps - step)
         eta = 0.0
-        for phase, remaining in (("sft", remaining_sft), ("grpo", remaining_grpo)):
+        for phase, remaining in self.schedule.remaining(step).items():
             if remaining:
                 recent = self._durations[phase]
                 if not recent:
@@ -176,8 +174,8 @@ class RunRecorder:
             "status": status,
             "steps": self.last_step,
             "total_steps": self.total_steps,
-            "sft_steps": min(self.last_step, self.sft_steps),
-            "grpo_steps": max(0, self.last_step - self.sft_steps),
+            "sft_steps": min(self.last_step, self.schedule.sft_steps),
+            "grpo_steps": max(0, self.last_step - self.schedule.sft_steps),
             "final_eval": compact_eval(final),
             "grpo_start_eval": compact_eval(grpo_start),
             "error": error,

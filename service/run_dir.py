@@ -26,7 +26,7 @@ from service.config import (
     validate_config,
 )
 from service.presets import DEFAULT_PRESET
-from service.records import CHECKPOINT_DIR, CONFIG_FILE, write_text_atomic
+from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, write_text_atomic
 
 DEFAULT_RUNS_ROOT = "runs"
 

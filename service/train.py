@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import fresh_config, prepare_run_dir, resumed_config
+from service.tasks import Task, build_task
+from trainer.data.pairs import Pair
 
 EXIT_BAD_CONFIG = 2
 
@@ -66,21 +68,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _bad_config(exc)
     try:  # imported only now: a bad config is refused without loading torch and Ray
-        from service.driver import RunDriver, held_out_pairs, load_training_pairs
+        from service.driver import RunDriver
     except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
         print(f"cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
+    task = build_task(cfg)
     try:
         # Data problems (a ply range with too few held-out positions, an unreadable file) are config
         # problems too: find them before anything starts.
-        eval_set = held_out_pairs(cfg)
-        train_pairs = load_training_pairs(cfg)
+        eval_set = held_out_eval_pairs(task, cfg)
+        train_pairs = task.training_pairs(lambda line: print(line, flush=True))
         run_dir = prepare_run_dir(cfg)
     except (ConfigError, ValueError) as exc:
         return _bad_config(exc)
     print(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}", flush=True)
     print("[train] resolved config:\n" + config_to_yaml(cfg), flush=True)
-    return RunDriver(cfg, eval_set, train_pairs).run()
+    return RunDriver(cfg, task, eval_set, train_pairs).run()
+
+
+def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:
+    """The task's held-out pairs; a data section that cannot give them is a config error."""
+    try:
+        return task.eval_pairs()
+    except ValueError as exc:
+        raise ConfigError(f"data.eval_size: {cfg.data.eval_size} is not allowed here; {exc}") from None
 
 
 if __name__ == "__main__":

@@ -12,9 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Frozen(BaseModel):
-    """Base for all configs: immutable, unknown keys rejected."""
+    """Base for every config of the project: immutable, unknown keys and non-finite floats rejected.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    (`rewards/` imports nothing of ours, so `rewards.config` repeats these settings; a test keeps
+    the two equal.)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+# Option vocabularies, defined once: the GRPO maths read their allowed values from these.
+Scale = Literal["group", "batch", "none"]
+LossAgg = Literal["token", "sequence", "constant"]
 
 
 # Named model sizes. `tiny` matches the reference GRPO benchmark shape (2 layers, 128 wide, 4 heads).
@@ -96,7 +105,7 @@ class GRPOConfig(Frozen):
 
     steps: int = Field(100, ge=0)
     prompts_per_step: int = Field(8, ge=1)
-    scale: Literal["group", "batch", "none"] = "group"
+    scale: Scale = "group"
     eps: float = Field(1e-6, gt=0.0)
     zero_var_groups: Literal["drop", "keep"] = "drop"
     zero_var_tol: float = Field(1e-6, ge=0.0)
@@ -104,7 +113,7 @@ class GRPOConfig(Frozen):
     clip_high: float = Field(0.28, ge=0.0)
     beta: float = Field(0.04, ge=0.0, description="KL coefficient; 0 builds no reference model")
     ref_on_cpu: bool = Field(False, description="keep the reference model on CPU between forward passes")
-    loss_agg: Literal["token", "sequence", "constant"] = "token"
+    loss_agg: LossAgg = "token"
     loss_constant: int | None = Field(
         None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)"
     )

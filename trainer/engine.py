@@ -27,19 +27,19 @@ from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.evaluation import normalise_scores, summarise_eval
-from trainer.grpo_batch import GroupSelection, select_groups
-from trainer.grpo_update import GRPOUpdate
-from trainer.logprobs import completion_logprobs
+from trainer.grpo.reward_source import Rewards, RewardSource
+from trainer.grpo.selection import GroupSelection, select_groups
+from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
-from trainer.model import GPT
 from trainer.optim import GuardedOptimizer
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.gpt import GPT
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
-from trainer.rollout import Rollout
-from trainer.sampler import completions_text, generate
-from trainer.scoring import Rewards, RewardSource
+from trainer.sampling.logprobs import completion_logprobs
+from trainer.sampling.rollout import Rollout
+from trainer.sampling.sampler import completions_text, generate
 from trainer.sft import build_sft_batch, sft_loss_sum
-from trainer.tokenizer import TOKENIZER
 
 EVAL_PROMPTS_PER_BATCH = 64
 
@@ -58,10 +58,12 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 class Trainer:
     """SFT and GRPO on one GPT, on one device (one rank of a DDP group when distributed)."""
 
-    def __init__(self, cfg: TrainerConfig, device: torch.device | str = "cpu", tokenizer=None) -> None:
+    def __init__(
+        self, cfg: TrainerConfig, tokenizer: CharTokenizer, device: torch.device | str = "cpu"
+    ) -> None:
         self.cfg = cfg
         self.device = _resolve_device(device)
-        self.tokenizer = tokenizer if tokenizer is not None else TOKENIZER
+        self.tokenizer = tokenizer
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         self.precision = Precision(cfg.precision, self.device)
@@ -200,6 +202,17 @@ class Trainer:
         host["completions_per_s"] = host["completions"] / host["step_time_s"]
         return host
 
+    def update_context(self) -> UpdateContext:
+        return UpdateContext(
+            model=self.train_model,
+            precision=self.precision,
+            no_sync=self._no_sync,
+            world=self.world,
+            device=self.device,
+            temperature=self.cfg.sampling.temperature,
+            max_new_tokens=self.cfg.sampling.max_new_tokens,
+        )
+
     def _select(self, scored: Rewards) -> GroupSelection:
         reduce = (lambda t: reduce_on(t, self.device)) if self.world > 1 else None
         return select_groups(scored, self.cfg.sampling.group_size, self.cfg.grpo, reduce)
@@ -225,13 +238,9 @@ class Trainer:
         m.add("lr", opt.lr)
         with timer.phase("update_s"):
             if kept_rows > 0:
-                update = GRPOUpdate(self, opt, rollouts, sel, ref_logprobs)
-                update.run(m)
+                GRPOUpdate(self.update_context(), self.cfg.grpo, opt, rollouts, sel, ref_logprobs).run(m)
             else:  # every group dropped everywhere: nothing to learn, no optimiser step
-                for name in ("loss", "kl", "clip_frac", "grad_norm", "skipped"):
-                    m.add(name, 0.0)
-                m.add("entropy", float("nan"))
-                m.add("consecutive_skips", opt.consecutive)
+                record_empty_update(m, opt)
             m.add("empty_update", float(kept_rows == 0))
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
@@ -248,11 +257,12 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self, pairs: Sequence[Any], score_fn, n_samples: int = 0) -> dict[str, Any]:
+    def evaluate(self, pairs: Sequence[Any], score_fn, n_samples: int = 0, metrics_fn=None) -> dict[str, Any]:
         """Greedy completions of `pairs`, scored by `score_fn(completions, targets)`.
 
         Returns exact_match, valid_rate (share of status 'ok'; None when the scorer gives no
-        statuses), reward_mean, count and `n_samples` example dicts. Runs on this rank alone.
+        statuses), reward_mean, count and `n_samples` example dicts, plus what the task's
+        `metrics_fn(scorer output)` adds. Runs on this rank alone.
         """
         cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
         completions: list[str] = []
@@ -262,8 +272,12 @@ class Trainer:
                 rollout = generate(self.model, prompts, cfg, self.tokenizer, greedy=True)
             completions.extend(completions_text(rollout, self.tokenizer))
         targets = [p.target for p in pairs]
-        values, statuses = normalise_scores(score_fn(completions, targets), len(completions))
-        return summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
+        scored = score_fn(completions, targets)
+        values, statuses = normalise_scores(scored, len(completions))
+        summary = summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
+        if metrics_fn is not None:
+            summary.update(metrics_fn(scored))
+        return summary
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainer.scoring import Rewards
+from trainer.grpo.reward_source import Rewards
 
 
 def normalise_scores(out: Any, n: int) -> tuple[list[float], list[str] | None]:

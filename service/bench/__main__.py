@@ -9,7 +9,7 @@ import shlex
 import sys
 
 from service.bench.plan import SECTIONS, full_plan, quick_plan
-from service.bench.report import HEADLINE_TARGETS, fmt, write_results
+from service.bench.results import HEADLINE_TARGETS, fmt, write_results
 from service.bench.runner import run_bench
 
 

@@ -26,7 +26,7 @@ import torch
 
 from service.bench.grpo_trial import merge_trials
 from service.bench.isolated import run_isolated
-from service.bench.report import add_table, new_section, set_headline
+from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, torch_threads
 from service.presets import PRESETS
 from trainer.config import TrainerConfig

@@ -22,17 +22,20 @@ from typing import Any
 import ray
 import torch
 
-from actors.config import PoolConfig
-from actors.reward_pool import RewardPool
+from actors.pool.config import PoolConfig
+from actors.pool.reward_pool import RewardPool
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.bench.isolated import PeakMemory
 from service.bench.timing import median
-from trainer.chess_data import generate_pairs
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
-from trainer.rollout import Rollout, completions_text
-from trainer.sampler import generate
-from trainer.scoring import InlineRewards, Rewards
+from trainer.grpo.reward_source import InlineRewards, Rewards
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling.rollout import Rollout, completions_text
+from trainer.sampling.sampler import generate
+
+CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 GRPO_DATA_SEED = 11  # GRPO prompts come from a stream apart from the SFT pairs
 
@@ -144,7 +147,9 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     cfg = trainer.cfg
 
     def fwd_per_token(seq_len: float) -> float:
-        return trainer.model.estimate_flops_per_token(seq_len) / 3  # forward = a third of forward + backward
+        return (
+            trainer.model.estimate_flops_per_token(seq_len) / 3
+        )  # forward = a third of forward + backward
 
     total = 0.0
     for n, b, p, length in shapes:
@@ -274,7 +279,7 @@ def sft_warm_start(
     cfg = TrainerConfig.model_validate(trainer_cfg)
     if cfg.sft.steps < 1:
         raise ValueError(f"sft_warm_start needs sft.steps >= 1, got {cfg.sft.steps}")
-    trainer = Trainer(cfg, device=device)
+    trainer = Trainer(cfg, CHESS_TOKENIZER, device=device)
     b = cfg.sft.batch_size
     pairs = generate_pairs(
         cfg.sft.steps * b, seed=cfg.data.seed, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies

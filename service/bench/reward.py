@@ -3,7 +3,7 @@
 In process: a plain loop of `Scorer.score` and the batched `Scorer.score_batch`. Through the
 pool: `submit` + `collect` (what the trainer does) with 1..M workers at the default chunk size,
 then a chunk-size sweep at the largest worker count, and the cost of one dispatch. Every round
-scores a fresh realistic batch (`rewards.mix`), the same batch for every variant of the round;
+scores a fresh realistic batch (`service.bench.workload`), the same batch for every variant of the round;
 each variant has its own memo (a different scorer or worker), so no variant is helped by
 another's cache, and no round by the previous one.
 """
@@ -16,12 +16,12 @@ from typing import Any
 
 import ray
 
-from actors.config import PoolConfig
-from actors.pool_bench import dispatch_overhead, realistic_batch
-from actors.pool_work import plan_chunks
-from actors.reward_pool import RewardPool
+from actors.pool.config import PoolConfig
+from actors.pool.reward_pool import RewardPool
+from actors.pool.work import plan_chunks
 from rewards import RewardConfig, Scorer
-from service.bench.report import add_table, new_section, set_headline
+from service.bench.pool_workload import bench_pool_config, dispatch_overhead, realistic_batch
+from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, median
 
 HEADLINE_WORKERS = 2
@@ -40,13 +40,7 @@ class RewardPlan:
 
 
 def _pool(workers: int, chunk: int, prefix: str) -> RewardPool:
-    cfg = PoolConfig(
-        num_workers=workers,
-        chunk_size=chunk,
-        min_chunk_size=min(chunk, PoolConfig().min_chunk_size),
-        name_prefix=f"{prefix}-w{workers}c{chunk}",
-    )
-    return RewardPool.create(RewardConfig(), cfg, run_id=prefix)
+    return RewardPool.create(RewardConfig(), bench_pool_config(workers, chunk, prefix), run_id=prefix)
 
 
 def _through(pool: RewardPool, batches: list[tuple[list[str], list[str]]]):

@@ -14,7 +14,7 @@ import ray
 from service.bench.grpo import bench_grpo
 from service.bench.machine import load_average, machine_info, usable_cores
 from service.bench.plan import BenchPlan
-from service.bench.report import collect_headline, new_section
+from service.bench.results import collect_headline, new_section
 from service.bench.reward import bench_reward
 from service.bench.sampling import bench_sampling
 from service.bench.train_step import bench_train_step

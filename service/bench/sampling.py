@@ -18,13 +18,15 @@ from typing import Any
 
 import torch
 
-from service.bench.report import add_table, new_section, set_headline
+from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, median, torch_threads
-from trainer.chess_data import generate_pairs
 from trainer.config import ModelConfig, SamplingConfig
-from trainer.model import GPT
-from trainer.sampler import generate
-from trainer.tokenizer import TOKENIZER
+from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.gpt import GPT
+from trainer.sampling.sampler import generate
+
+TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 MODES = ("full", "kv, prefill per row", "kv, shared prefill")
 TARGET_KV_SPEEDUP = 5.0

@@ -17,13 +17,16 @@ import torch
 import torch.nn.functional as F
 
 from service.bench.isolated import PeakMemory, run_isolated
-from service.bench.report import add_table, new_section, set_headline
+from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 from trainer.compile import maybe_compile
 from trainer.config import ModelConfig, PrecisionConfig
-from trainer.model import GPT
+from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.gpt import GPT
 from trainer.precision import Precision, configure_tf32
-from trainer.tokenizer import TOKENIZER
+
+TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 # Dense bf16 tensor-core peaks (TFLOP/s) by device name; more specific names first.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (

@@ -133,7 +133,7 @@ def test_runtime_env_upload_leaves_out_runs_checkpoints_and_git(path):
     assert _get_excludes(REPO, runtime_env["excludes"])(REPO / path), f"{path} would be uploaded"
 
 
-@pytest.mark.parametrize("path", ["service/train.py", "trainer/model.py", "pyproject.toml"])
+@pytest.mark.parametrize("path", ["service/train.py", "trainer/policy/gpt.py", "pyproject.toml"])
 def test_runtime_env_upload_keeps_the_code(path):
     from ray._private.runtime_env.packaging import _get_excludes
 

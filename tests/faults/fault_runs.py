@@ -96,7 +96,7 @@ def write_jsonl_with_garbage(path: Path, good: int = 80) -> tuple[int, int]:
     The bad lines: broken JSON, bytes that are not UTF-8, a raw NUL, an array, a missing or
     non-string field, and one line of 1 MB; blank lines are neither.
     """
-    from trainer.chess_data import generate_pairs
+    from trainer.data.chess_games import generate_pairs
 
     bad_lines = [
         b'{"prompt": "e4", "target": ',

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from actors.pool_bench import realistic_batch
-from actors.reward_pool import RewardPool
+from actors.pool.reward_pool import RewardPool
 from rewards import BAD_INPUT, STATUSES, TOO_LONG, score, score_batch
+from service.bench.pool_workload import realistic_batch
 from service.config import ConfigError, ServiceConfig, load_config
-from trainer.chess_data import load_jsonl, load_pgn
+from trainer.data.chess_games import load_pgn
+from trainer.data.pairs import load_jsonl
 
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rewards import STATUSES, RewardConfig, Scorer
-from rewards.mix import FEN_ALPHABET
 
 REAL_FENS = [
     "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
@@ -22,6 +21,7 @@ REAL_FENS = [
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 any_text = st.text(st.characters(exclude_categories=[]), max_size=80)  # lone surrogates included
+FEN_ALPHABET = "pnbrqkPNBRQK12345678/ wb-KQkqabcdefgh0123456789"
 fen_like = st.text(st.sampled_from(FEN_ALPHABET), max_size=80)
 
 

@@ -22,7 +22,7 @@ import pytest
 from ray.job_submission import JobSubmissionClient
 from ray_head import RayHead
 
-from actors.run_metrics import EVAL_GAUGES, STEPS_COUNTER
+from actors.run.metrics import EVAL_GAUGES, STEPS_COUNTER
 from service.client import (
     ClientError,
     RunState,

@@ -17,12 +17,12 @@ from service.config import (
     config_to_yaml,
     load_config,
     parse_override,
-    total_steps,
     trainer_config,
 )
 from service.presets import DEFAULT_PRESET
 from service.run_dir import fresh_config, new_run_id, prepare_run_dir, resolve_run, resumed_config
 from trainer.config import TrainerConfig
+from trainer.schedule import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,9 @@ def test_default_preset_is_demo_and_presets_have_their_shape():
     assert (gpt2.model.n_layer, gpt2.model.n_head, gpt2.model.n_embd) == (12, 12, 768)
     assert gpt2.precision.dtype == "bf16" and gpt2.scaling.use_gpu and gpt2.scaling.num_workers >= 2
     smoke = load_config("smoke")
-    assert smoke.scaling.use_gpu is False and total_steps(smoke) < total_steps(load_config("demo"))
+    assert (
+        smoke.scaling.use_gpu is False and Schedule.of(smoke).total < Schedule.of(load_config("demo")).total
+    )
 
 
 def test_later_sources_win(tmp_path):
@@ -198,3 +200,26 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path):
 def test_cli_resume_with_a_preset_is_refused(tmp_path):
     result = _cli("--preset", "smoke", "--resume", "--run-dir", str(tmp_path))
     assert result.returncode == 2 and "--preset: not allowed with --resume" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "override", ["grpo.beta=.inf", "optim.lr=.nan", "pool.chunk_timeout_s=.inf", "reward.exact_weight=-.inf"]
+)
+def test_non_finite_numbers_are_refused_in_every_section(override):
+    with pytest.raises(ConfigError, match=r"is not allowed; must be a finite number") as err:
+        load_config("smoke", overrides=[override])
+    assert str(err.value).startswith(override.split("=")[0] + ":") and "\n" not in str(err.value)
+
+
+def test_cli_non_finite_beta_exits_2_with_one_line(tmp_path):
+    result = _cli("--preset", "smoke", "--set", "grpo.beta=.inf", "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "config error: grpo.beta: inf is not allowed; must be a finite number"
+    ]
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_task_is_refused_naming_the_tasks():
+    with pytest.raises(ConfigError, match=r"task.name: 'chess' is not a task; expected one of 'fen'"):
+        load_config("smoke", overrides=["task.name=chess"])

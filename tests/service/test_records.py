@@ -6,11 +6,12 @@ import io
 import json
 import math
 
-from actors.run_control import CHECKPOINT, ERROR, EVAL, START, STEP, RunControl
+from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, RunControl
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.recorder import RunRecorder
-from service.records import JsonlLog, json_safe, read_jsonl, write_json_atomic
 from service.report import write_report
+from service.run_files import JsonlLog, json_safe, read_jsonl, write_json_atomic
+from trainer.schedule import Schedule
 
 
 def _step(step: int, phase: str, **extra) -> dict:
@@ -53,7 +54,7 @@ def test_write_json_atomic_leaves_no_temporary(tmp_path):
 
 
 def _recorder(tmp_path, out) -> RunRecorder:
-    return RunRecorder(tmp_path, "run-1", sft_steps=2, grpo_steps=3, out=out)
+    return RunRecorder(tmp_path, "run-1", Schedule(sft_steps=2, grpo_steps=3), out=out)
 
 
 def test_events_become_files_progress_lines_and_a_summary(tmp_path):

@@ -24,13 +24,15 @@ import ray
 import torch
 
 from rewards import score_batch
-from trainer.chess_data import generate_pairs
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.distributed import rank_and_world, shard
 from trainer.engine import Trainer
-from trainer.sampler import generate
-from trainer.scoring import Rewards
-from trainer.tokenizer import TOKENIZER
+from trainer.grpo.reward_source import Rewards
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling.sampler import generate
+
+TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 pytestmark = pytest.mark.slow
 
@@ -55,14 +57,16 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 def _grads(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {
-        k: p.grad.detach().cpu().clone() for k, p in trainer.model.named_parameters() if p.grad is not None
+        k: p.grad.detach().cpu().clone()
+        for k, p in trainer.model.named_parameters()
+        if p.grad is not None
     }
 
 
 def one_sft_and_one_grpo_update(out_path: str) -> None:
     """The shared experiment; every rank calls it, rank 0 saves weights before, after SFT and after GRPO."""
     cfg = TrainerConfig.model_validate(CONFIG)
-    trainer = Trainer(cfg, device="cpu")
+    trainer = Trainer(cfg, TOKENIZER, device="cpu")
     rank, world = rank_and_world()
     snapshots = {"init": _weights(trainer)}
     pairs = generate_pairs(SFT_PAIRS + GRPO_PROMPTS, seed=11, min_plies=1, max_plies=3)
@@ -89,7 +93,7 @@ def one_sft_and_one_grpo_update(out_path: str) -> None:
         targets += [pair.target] * cfg.sampling.group_size
     results = score_batch(completions, targets)
     scored = Rewards([r.total for r in results], [True] * len(results), [r.status for r in results])
-    grpo = trainer.grpo_update(rollouts, scored)
+    grpo = trainer.grpo.update(rollouts, scored)
     snapshots.update(
         grpo=_weights(trainer),
         grpo_grad=_grads(trainer),
@@ -158,7 +162,7 @@ def test_the_gradient_comparison_would_see_a_rank_missing_from_the_sum():
     all-reduce were missing) differs from the full batch's far beyond the tolerance above."""
     cfg = TrainerConfig.model_validate(CONFIG)
     pairs = generate_pairs(SFT_PAIRS, seed=11, min_plies=1, max_plies=3)
-    full, half = Trainer(cfg), Trainer(cfg)
+    full, half = Trainer(cfg, TOKENIZER), Trainer(cfg, TOKENIZER)
     full.sft_step(pairs)
     half.sft_step(pairs[: SFT_PAIRS // 2])
     scale = max(float(g.abs().max()) for g in _grads(full).values())

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
-from service.records import read_jsonl
+from service.run_files import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 CPUs; the test allows for a busy machine

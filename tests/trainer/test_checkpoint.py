@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from trainer.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint
-from trainer.chess_data import Pair
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
-from trainer.scoring import InlineRewards
+from trainer.grpo.reward_source import InlineRewards
+from trainer.policy.char_tokenizer import CharTokenizer
+
+CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
 CFG = TrainerConfig.model_validate(
@@ -33,7 +36,7 @@ def char_match(completions, targets):
 
 
 def test_round_trip_restores_weights_ties_and_extra(tmp_path):
-    trainer = Trainer(CFG)
+    trainer = Trainer(CFG, CHESS_TOKENIZER)
     trainer.sft_step(PAIRS)
     trainer.grpo_step(PAIRS, InlineRewards(char_match))
     path = save_checkpoint(tmp_path, 7, trainer.state_dict(), {"data_position": 123})
@@ -41,7 +44,7 @@ def test_round_trip_restores_weights_ties_and_extra(tmp_path):
     state, step = load_latest(tmp_path)
     assert step == 7 and state["extra"] == {"data_position": 123}
     assert state["trainer"]["config"] == CFG.model_dump(mode="json")
-    other = Trainer(CFG)
+    other = Trainer(CFG, CHESS_TOKENIZER)
     other.load_state_dict(state["trainer"])
     for (name, a), b in zip(
         trainer.model.state_dict().items(), other.model.state_dict().values(), strict=True
@@ -54,7 +57,7 @@ def test_round_trip_restores_weights_ties_and_extra(tmp_path):
 
 
 def _save_three(tmp_path):
-    trainer = Trainer(CFG)
+    trainer = Trainer(CFG, CHESS_TOKENIZER)
     for step in (1, 2, 3):
         trainer.sft_step(PAIRS)
         save_checkpoint(tmp_path, step, trainer.state_dict(), {"step": step}, keep_last=2)
@@ -95,7 +98,7 @@ def test_nothing_loadable_gives_none(tmp_path):
 
 
 def test_save_replaces_same_step_and_cleans_crashed_saves(tmp_path):
-    trainer = Trainer(CFG)
+    trainer = Trainer(CFG, CHESS_TOKENIZER)
     (tmp_path / ".tmp-step_000001-99").mkdir(parents=True)
     save_checkpoint(tmp_path, 1, trainer.state_dict(), {"v": 1})
     save_checkpoint(tmp_path, 1, trainer.state_dict(), {"v": 2})
@@ -112,7 +115,7 @@ def _continue(trainer: Trainer, scorer) -> list[dict]:
 def test_resumed_run_equals_uninterrupted_run_bitwise(tmp_path):
     scorer = InlineRewards(char_match)
     torch.manual_seed(11)
-    trainer = Trainer(CFG)
+    trainer = Trainer(CFG, CHESS_TOKENIZER)
     for _ in range(2):
         trainer.sft_step(PAIRS)
     trainer.grpo_step(PAIRS, scorer)
@@ -120,7 +123,7 @@ def test_resumed_run_equals_uninterrupted_run_bitwise(tmp_path):
     straight = _continue(trainer, scorer)
 
     torch.manual_seed(999)  # a different process state: everything must come from the checkpoint
-    resumed_trainer = Trainer(CFG)
+    resumed_trainer = Trainer(CFG, CHESS_TOKENIZER)
     state, _ = load_latest(tmp_path)
     resumed_trainer.load_state_dict(state["trainer"])
     resumed = _continue(resumed_trainer, scorer)

@@ -7,11 +7,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainer.chess_data import Pair
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
-from trainer.sampler import completions_text, generate
-from trainer.scoring import Rewards
+from trainer.grpo.reward_source import Rewards
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling.sampler import completions_text, generate
+
+CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 PAIRS = [
     Pair(p, t)
@@ -57,7 +60,10 @@ def _rollouts(trainer: Trainer):
         )
         rollouts.append(r)
         values.append(
-            file_letters(completions_text(r, trainer.tokenizer), [p.target for p in chunk for _ in range(4)])
+            file_letters(
+                completions_text(r, trainer.tokenizer),
+                [p.target for p in chunk for _ in range(4)],
+            )
         )
     return rollouts, values
 
@@ -72,16 +78,18 @@ def _run(rank: int, world: int, rendezvous: str, out: str) -> None:
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     try:
-        trainer = Trainer(CFG)
+        trainer = Trainer(CFG, CHESS_TOKENIZER)
         sft = trainer.sft_step(PAIRS)
         sft_grads = _grads(trainer)
-        trainer = Trainer(CFG)  # the GRPO update starts from the same initial weights everywhere
+        trainer = Trainer(
+            CFG, CHESS_TOKENIZER
+        )  # the GRPO update starts from the same initial weights everywhere
         rollouts, values = _rollouts(trainer)
         per = len(rollouts) // world
         mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
         flat = [v for vs in values[mine] for v in vs]
         scored = Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
-        grpo = trainer.grpo_update(rollouts[mine], scored)
+        grpo = trainer.grpo.update(rollouts[mine], scored)
         if rank == 0:
             torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
     finally:

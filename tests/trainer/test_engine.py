@@ -5,12 +5,15 @@ import math
 import pytest
 import torch
 
-from trainer.chess_data import Pair
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
-from trainer.grpo_batch import RewardFailure
+from trainer.grpo.reward_source import InlineRewards, Rewards
+from trainer.grpo.selection import RewardFailure
 from trainer.optim import NonFiniteStepsError
-from trainer.scoring import InlineRewards, Rewards
+from trainer.policy.char_tokenizer import CharTokenizer
+
+CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
 
@@ -41,7 +44,7 @@ EXPECTED_KEYS = {
 
 
 def test_grpo_step_reports_every_metric():
-    trainer = Trainer(small_cfg())
+    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
     m = trainer.grpo_step(PAIRS, InlineRewards(char_match))
     assert EXPECTED_KEYS <= set(m)
     assert m["completions"] == 16 and 16 <= m["tokens"] <= 16 * 6
@@ -52,10 +55,10 @@ def test_grpo_step_reports_every_metric():
 
 
 def test_no_reference_model_when_beta_is_zero():
-    trainer = Trainer(small_cfg(beta=0.0))
+    trainer = Trainer(small_cfg(beta=0.0), CHESS_TOKENIZER)
     trainer.grpo_step(PAIRS, InlineRewards(char_match))
     assert trainer.ref_model is None
-    with_ref = Trainer(small_cfg(beta=0.1))
+    with_ref = Trainer(small_cfg(beta=0.1), CHESS_TOKENIZER)
     with_ref.grpo_step(PAIRS, InlineRewards(char_match))
     assert with_ref.ref_model is not None and not any(
         p.requires_grad for p in with_ref.ref_model.parameters()
@@ -63,7 +66,7 @@ def test_no_reference_model_when_beta_is_zero():
 
 
 def test_kl_grows_from_zero_and_several_passes_clip():
-    trainer = Trainer(small_cfg(beta=0.1, passes=3))
+    trainer = Trainer(small_cfg(beta=0.1, passes=3), CHESS_TOKENIZER)
     first = trainer.grpo_step(PAIRS, InlineRewards(char_match))
     second = trainer.grpo_step(PAIRS, InlineRewards(char_match))
     assert second["kl"] > 0  # the policy moved away from the reference in step 1
@@ -75,7 +78,7 @@ def _params(trainer):
 
 
 def test_nonfinite_rewards_skip_the_update_then_stop_the_run():
-    trainer = Trainer(small_cfg(optim={"max_consecutive_skips": 2}))
+    trainer = Trainer(small_cfg(optim={"max_consecutive_skips": 2}), CHESS_TOKENIZER)
     trainer.grpo_step(PAIRS, InlineRewards(char_match))  # a real step: moments exist
     opt = trainer.optimizer("grpo")
     before = _params(trainer)
@@ -98,16 +101,16 @@ def _rewards_with_unusable(completions, targets):
 
 
 def test_unusable_reward_drops_its_group_or_fails():
-    trainer = Trainer(small_cfg(zero_var_groups="keep"))
+    trainer = Trainer(small_cfg(zero_var_groups="keep"), CHESS_TOKENIZER)
     m = trainer.grpo_step(PAIRS, InlineRewards(_rewards_with_unusable))
     assert m["dropped_groups"] == 1 and m["unusable_groups"] == 1
-    failing = Trainer(small_cfg(on_unusable_reward="fail"))
+    failing = Trainer(small_cfg(on_unusable_reward="fail"), CHESS_TOKENIZER)
     with pytest.raises(RewardFailure, match="1 of 4 groups"):
         failing.grpo_step(PAIRS, InlineRewards(_rewards_with_unusable))
 
 
 def test_all_groups_dropped_makes_no_optimiser_step():
-    trainer = Trainer(small_cfg())
+    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
     before = _params(trainer)
     m = trainer.grpo_step(PAIRS, InlineRewards(lambda c, t: [0.5] * len(c)))  # zero variance everywhere
     assert m["zero_var_frac"] == 1.0 and m["dropped_groups"] == 4 and m["empty_update"] == 1.0
@@ -118,7 +121,7 @@ def test_all_groups_dropped_makes_no_optimiser_step():
 @pytest.mark.parametrize("agg", ["token", "sequence", "constant"])
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_every_aggregation_and_scale_trains(agg, scale):
-    trainer = Trainer(small_cfg(loss_agg=agg, scale=scale))
+    trainer = Trainer(small_cfg(loss_agg=agg, scale=scale), CHESS_TOKENIZER)
     before = _params(trainer)
     m = trainer.grpo_step(PAIRS, InlineRewards(char_match))
     assert math.isfinite(m["loss"]) and m["skipped"] == 0
@@ -138,7 +141,7 @@ def test_grpo_raises_mean_reward_of_a_tiny_policy():
             "optim": {"lr": 3e-3},
         }
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, CHESS_TOKENIZER)
     pairs = [Pair(p, "e") for p in ["e4", "d4", "c4", "Nf3", "g3", "b3", "f4", "a3"]]
     rewards = [trainer.grpo_step(pairs, InlineRewards(starts_with_e))["reward_mean"] for _ in range(20)]
     first, last = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
@@ -147,7 +150,7 @@ def test_grpo_raises_mean_reward_of_a_tiny_policy():
 
 
 def test_evaluate_scores_greedy_completions():
-    trainer = Trainer(small_cfg())
+    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
     out = trainer.evaluate(PAIRS, char_match, n_samples=2)
     assert set(out) >= {"exact_match", "valid_rate", "reward_mean", "samples"}
     assert out["valid_rate"] is None and out["count"] == 4 and len(out["samples"]) == 2
@@ -157,5 +160,5 @@ def test_evaluate_scores_greedy_completions():
 
 
 def test_shard_must_divide():
-    trainer = Trainer(small_cfg())
+    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
     assert trainer.local_share(PAIRS) == PAIRS

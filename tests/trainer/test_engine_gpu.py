@@ -5,10 +5,13 @@ import math
 import pytest
 import torch
 
-from trainer.chess_data import Pair
 from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
-from trainer.scoring import InlineRewards
+from trainer.grpo.reward_source import InlineRewards
+from trainer.policy.char_tokenizer import CharTokenizer
+
+CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,7 +37,7 @@ def test_sft_and_grpo_steps_on_cuda(dtype):
             "precision": {"dtype": dtype},
         }
     )
-    trainer = Trainer(cfg, device="cuda")
+    trainer = Trainer(cfg, CHESS_TOKENIZER, device="cuda")
     sft = trainer.sft_step(PAIRS)
     grpo = trainer.grpo_step(PAIRS, InlineRewards(char_match))
     assert math.isfinite(sft["loss"]) and math.isfinite(grpo["loss"])

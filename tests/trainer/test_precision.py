@@ -3,13 +3,16 @@
 import pytest
 import torch
 
-from trainer.chess_data import Pair as P
 from trainer.config import ModelConfig, PrecisionConfig, TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.data.chess_games import Pair as P
 from trainer.engine import Trainer
-from trainer.model import GPT
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.gpt import GPT
 from trainer.precision import Precision
 from trainer.sft import build_sft_batch, sft_loss_sum
-from trainer.tokenizer import TOKENIZER as TOK
+
+TOK = CharTokenizer(CHESS_ALPHABET)
 
 
 def test_scaler_only_for_fp16_and_autocast_only_when_asked():
@@ -55,8 +58,8 @@ def test_bf16_loss_agrees_with_fp32_on_cpu():
 def test_trainer_steps_in_reduced_precision_keep_fp32_master_weights(dtype):
     base = {"seed": 1, "sft": {"warmup_steps": 0}}
     pairs = [P("e4", "8/8 w"), P("d4", "8/8 b")]
-    ref = Trainer(TrainerConfig.model_validate(base))
-    low = Trainer(TrainerConfig.model_validate({**base, "precision": {"dtype": dtype}}))
+    ref = Trainer(TrainerConfig.model_validate(base), TOK)
+    low = Trainer(TrainerConfig.model_validate({**base, "precision": {"dtype": dtype}}), TOK)
     m32 = [ref.sft_step(pairs)["loss"] for _ in range(3)]
     mlow = [low.sft_step(pairs)["loss"] for _ in range(3)]
     assert all(p.dtype == torch.float32 for p in low.model.parameters())

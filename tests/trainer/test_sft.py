@@ -7,10 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import ModelConfig, TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.engine import Trainer
-from trainer.model import GPT
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.gpt import GPT
 from trainer.sft import IGNORE_INDEX, build_sft_batch, sft_loss_sum
-from trainer.tokenizer import TOKENIZER as TOK
+
+TOK = CharTokenizer(CHESS_ALPHABET)
 
 
 class P(NamedTuple):
@@ -59,7 +62,7 @@ def test_loss_sum_equals_cross_entropy_on_loss_tokens():
 
 def test_sft_steps_fit_a_small_set():
     cfg = TrainerConfig.model_validate({"seed": 3, "sft": {"lr": 3e-3, "warmup_steps": 0}})
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, TOK)
     pairs = [P("e4", "8/8 w"), P("d4", "8/8 b"), P("c4", "7k/8 w")]
     losses = [trainer.sft_step(pairs)["loss"] for _ in range(40)]
     assert losses[-1] < 0.2 * losses[0]

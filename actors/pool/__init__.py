@@ -1,0 +1,36 @@
+"""The reward pool: named CPU actors that score completions in chunks, with deadlines and re-dispatch.
+
+    from actors.pool import RewardPool, PoolConfig
+    pool = RewardPool.create(scorer, PoolConfig(num_workers=2), run_id="run-1")
+
+Names are imported on first use, so `actors.pool.config` (read when a config is validated) does
+not import Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "PoolConfig": "actors.pool.config",
+    "worker_name": "actors.pool.config",
+    "max_runs_per_item": "actors.pool.config",
+    "poison_item_bound_s": "actors.pool.config",
+    "RewardPool": "actors.pool.reward_pool",
+    "RewardWorker": "actors.pool.worker",
+    "Ticket": "actors.pool.work",
+    "EncodedResults": "actors.pool.codec",
+    "PoolMetrics": "actors.pool.metrics",
+    "RewardPoolError": "actors.pool.errors",
+    "RewardErrorRateExceeded": "actors.pool.errors",
+    "RewardCollectTimeout": "actors.pool.errors",
+    "RewardPoolUnavailable": "actors.pool.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'actors.pool' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,0 +1,112 @@
+"""Typed, frozen config of the reward pool, and the values derived from it.
+
+`PoolConfig` says how many reward workers run, how big a unit of work is, how long one may take
+and what happens when it does not finish. The reward itself is configured separately
+(`rewards.RewardConfig`); the service composes the two (`reward:` and `pool:` sections).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field, model_validator
+
+from trainer.config import Frozen
+
+# Ray actor names: keep them readable in the dashboard and free of separators Ray treats specially.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+
+
+class PoolConfig(Frozen):
+    """The reward pool: M CPU actors scoring chunks of completions, with deadlines and retries."""
+
+    num_workers: int = Field(2, ge=1, description="reward worker actors")
+    cpus_per_worker: float = Field(0.5, gt=0.0, description="logical CPUs Ray reserves per worker")
+    # Measured (service/bench/pool_workload.py, 2 cores): ~1 ms of dispatch per call and ~1 us per item of
+    # result encoding; 64-item chunks ran at ~0.5x in-process, 1024-4096 at 1.4-1.56x with 2 workers.
+    chunk_size: int = Field(2048, ge=1, description="most items per call")
+    min_chunk_size: int = Field(
+        64, ge=1, description="a submission is spread over idle workers only in pieces at least this big"
+    )
+    max_in_flight_per_worker: int = Field(
+        2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
+    )
+    chunk_timeout_s: float = Field(10.0, gt=0.0, description="hard deadline of one call once it is running")
+    max_retries: int = Field(
+        1, ge=0, description="re-runs of a single item after it timed out or its worker died, before it fails"
+    )
+    split_parts: int = Field(
+        16, ge=2, description="pieces a timed-out chunk is cut into to isolate a poison item"
+    )
+    error_rate_threshold: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="collect fails when more than this fraction of a step errored or timed out",
+    )
+    collect_timeout_s: float = Field(600.0, gt=0.0, description="longest a collect waits before failing")
+    start_timeout_s: float = Field(120.0, gt=0.0, description="longest the workers may take to start")
+    restart_timeout_s: float = Field(
+        60.0, gt=0.0, description="longest a killed worker may take to come back"
+    )
+    max_restarts: int = Field(
+        -1,
+        ge=-1,
+        description="Ray restarts of one worker actor (-1: unlimited; every deadline kill uses one)",
+    )
+    poll_interval_s: float = Field(
+        0.02, gt=0.0, le=1.0, description="the dispatcher's longest sleep between looks at finished calls"
+    )
+    name_prefix: str = Field(
+        "reward-worker", pattern=NAME_PATTERN, description="actors are named '<name_prefix>-<i>'"
+    )
+    namespace: str | None = Field(None, pattern=NAME_PATTERN, description="Ray namespace of the named actors")
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolConfig:
+        if self.min_chunk_size > self.chunk_size:
+            raise ValueError(
+                f"min_chunk_size ({self.min_chunk_size}) must be <= chunk_size ({self.chunk_size})"
+            )
+        hang_s = max_runs_per_item(self) * self.chunk_timeout_s
+        if self.collect_timeout_s < hang_s:
+            raise ValueError(
+                f"collect_timeout_s ({self.collect_timeout_s:g}) must be >= {hang_s:g}: a hanging item runs "
+                f"up to {max_runs_per_item(self)} times x chunk_timeout_s ({self.chunk_timeout_s:g}) "
+                "before it gets status timeout"
+            )
+        return self
+
+
+def worker_name(cfg: PoolConfig, index: int) -> str:
+    """Actor name of worker `index`: '<name_prefix>-<index>'."""
+    return f"{cfg.name_prefix}-{index}"
+
+
+def split_levels(chunk_len: int, parts: int) -> int:
+    """Splits needed to cut a chunk of `chunk_len` items down to single items, `parts` pieces a time."""
+    levels, size = 0, chunk_len
+    while size > 1:
+        size = math.ceil(size / parts)
+        levels += 1
+    return levels
+
+
+def max_runs_per_item(cfg: PoolConfig, chunk_len: int | None = None) -> int:
+    """Most calls one item can be part of when it keeps timing out.
+
+    The chunk it came in times out once, then each smaller piece holding it once, until it is alone;
+    alone it is re-run `max_retries` more times before it gets status `timeout`.
+    """
+    n = cfg.chunk_size if chunk_len is None else chunk_len
+    return 1 + split_levels(n, cfg.split_parts) + cfg.max_retries
+
+
+def poison_item_bound_s(cfg: PoolConfig, restart_s: float, chunk_len: int | None = None) -> float:
+    """Upper bound on the time from dispatch until a hanging item gets status `timeout`.
+
+    Each run of it costs the deadline plus, at worst, waiting `restart_s` for a killed worker to
+    come back (`restart_s` is measured on the cluster; `restart_timeout_s` caps it). Work queued
+    ahead of it on a busy pool adds to this.
+    """
+    return max_runs_per_item(cfg, chunk_len) * (cfg.chunk_timeout_s + restart_s)

@@ -1,0 +1,341 @@
+"""The pool's dispatcher: sends queued chunks to workers and handles what comes back.
+
+Why a background thread: scoring has to progress while the trainer is busy sampling the next
+micro-batch and not calling into the pool. The thread sits in one `ray.wait` over every call in
+flight (never `ray.get` in a loop), refills a worker the moment a call finishes, enforces each
+call's deadline, and brings killed workers back. `submit` also dispatches at once what fits, so
+a chunk starts without waiting for the thread's next look. All state is guarded by one lock;
+Ray calls from two threads are safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, RayActorError
+
+from actors.pool.codec import EncodedResults, count_status, failed_block
+from actors.pool.config import PoolConfig
+from actors.pool.errors import RewardPoolUnavailable
+from actors.pool.metrics import PoolMetrics, RateWindow
+from actors.pool.work import Chunk, Fault, after_fault
+from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
+from rewards import ERROR
+
+logger = logging.getLogger(__name__)
+
+_FETCH_TIMEOUT_S = 60.0  # results are local once ray.wait says ready; this only guards against a bug
+_PING_BACKOFF_S = 0.2
+_DIED_PINGS_TO_GIVE_UP = 3  # consecutive ActorDiedError answers: restarts are used up
+_IDLE_SLEEP_S = 1.0
+_GAUGE_EVERY_S = 1.0
+
+
+class Dispatcher:
+    """Owns the queue, the workers' slots and the thread that drives them."""
+
+    def __init__(self, slots: list[WorkerSlot], cfg: PoolConfig, metrics: PoolMetrics, owns_workers: bool):
+        self.slots = slots
+        self._cfg = cfg
+        self._metrics = metrics
+        self._owns_workers = owns_workers
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: deque[Chunk] = deque()
+        self._calls: dict[Any, tuple[WorkerSlot, Call]] = {}
+        self._pings: dict[Any, WorkerSlot] = {}
+        self._died_pings: dict[int, int] = {}
+        self._fatal: str | None = None
+        self.restarts = 0
+        self.items_scored = 0
+        self._rate = RateWindow()
+        self._next_gauge_at = 0.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reward-pool-dispatcher", daemon=True)
+
+    # ---- caller side ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, reason: str) -> None:
+        """Stop the thread; anyone waiting (now or later) gets RewardPoolUnavailable(reason)."""
+        with self._changed:
+            self._fatal = self._fatal or reason
+            self._changed.notify_all()
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10.0)
+
+    def enqueue(self, chunks: list[Chunk]) -> None:
+        with self._lock:
+            if self._fatal:
+                raise RewardPoolUnavailable(self._fatal)
+            self._queue.extend(chunks)
+            self._dispatch_locked(time.monotonic())
+        self._wake.set()
+
+    def wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Block until `done()` (checked under the lock) or timeout; raises if the pool is down."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not done():
+                if self._fatal:
+                    raise RewardPoolUnavailable(self._fatal)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Queue, in-flight and per-worker numbers, consistent with one another."""
+        with self._lock:
+            return {
+                "queued_items": sum(len(c) for c in self._queue),
+                "in_flight_items": sum(s.items_in_flight for s in self.slots),
+                "items_scored": self.items_scored,
+                "items_per_s": self._rate.rate(time.monotonic()),
+                "worker_restarts": self.restarts,
+                "workers": {
+                    s.name: {
+                        "state": s.state.value,
+                        "pid": s.pid,
+                        "restarts": s.restarts,
+                        "calls": len(s.calls),
+                    }
+                    for s in self.slots
+                },
+            }
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._step()
+        except BaseException as exc:  # a bug here must not leave collectors waiting on nothing
+            with self._changed:
+                self._fatal = self._fatal or f"reward pool dispatcher failed: {type(exc).__name__}: {exc}"
+                self._changed.notify_all()
+            raise
+
+    def _step(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._dispatch_locked(now)
+            self._send_pings_locked(now)
+            refs = [*self._calls, *self._pings]
+            sleep_s = self._sleep_s_locked(now)
+        outcomes: list[tuple[Any, bool, Any]] = []
+        if not refs:
+            self._wake.wait(sleep_s)
+            self._wake.clear()
+        else:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=sleep_s)
+            if ready and len(refs) > 1:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            outcomes = _fetch(ready)
+        with self._changed:
+            now = time.monotonic()
+            for ref, ok, value in outcomes:
+                self._on_outcome_locked(ref, ok, value, now)
+            self._check_deadlines_locked(now)
+            self._check_down_workers_locked(now)
+            self._dispatch_locked(now)
+            self._update_gauges_locked(now)
+            self._changed.notify_all()
+
+    def _sleep_s_locked(self, now: float) -> float:
+        sleep = self._cfg.poll_interval_s if (self._calls or self._pings or self._queue) else _IDLE_SLEEP_S
+        for slot in self.slots:
+            deadline = slot.head_deadline(self._cfg.chunk_timeout_s)
+            if deadline is not None:
+                sleep = min(sleep, deadline - now)
+            if slot.state in (WorkerState.STARTING, WorkerState.RESTARTING) and slot.ping_ref is None:
+                sleep = min(sleep, slot.next_ping_at - now)
+        return max(sleep, 0.001)
+
+    # ---- dispatch ---------------------------------------------------------------------------
+
+    def _dispatch_locked(self, now: float) -> None:
+        while self._queue:
+            slot = self._least_loaded_locked()
+            if slot is None:
+                return
+            chunk = self._queue.popleft()
+            ref = slot.handle.score_chunk.remote(chunk.payload, chunk.lo, chunk.hi)
+            call = Call(ref, chunk, started_at=None if slot.calls else now)
+            slot.calls.append(call)
+            self._calls[ref] = (slot, call)
+            if chunk.ticket.first_dispatch_at is None:
+                chunk.ticket.first_dispatch_at = now
+
+    def _least_loaded_locked(self) -> WorkerSlot | None:
+        free = [
+            s
+            for s in self.slots
+            if s.state is WorkerState.HEALTHY and len(s.calls) < self._cfg.max_in_flight_per_worker
+        ]
+        return min(free, key=lambda s: (s.items_in_flight, len(s.calls), s.index), default=None)
+
+    # ---- results and faults -----------------------------------------------------------------
+
+    def _on_outcome_locked(self, ref: Any, ok: bool, value: Any, now: float) -> None:
+        if ref in self._pings:
+            self._on_ping_locked(self._pings.pop(ref), ok, value, now)
+            return
+        entry = self._calls.get(ref)
+        if entry is None:
+            return  # a call of a worker already taken down: its chunk was queued again
+        slot, call = entry
+        if not ok and isinstance(value, RayActorError):
+            logger.warning(
+                "reward worker %s died under a call (%s); re-dispatching its work",
+                slot.name,
+                type(value).__name__,
+            )
+            self._take_down_locked(slot, Fault.DIED, now)  # forgets every call of the slot
+            return
+        del self._calls[ref]
+        slot.remove(call, now)
+        if not ok:
+            value = failed_block(
+                len(call.chunk), ERROR, f"reward call failed: {type(value).__name__}: {value}"[:800]
+            )
+        elif not isinstance(value, EncodedResults) or len(value) != len(call.chunk):
+            bad = f"{type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}"
+            value = failed_block(len(call.chunk), ERROR, f"worker {slot.name} returned {bad}")
+        self._deliver_locked(call.chunk, value, now)
+        self._metrics.scored(slot.name, len(value), count_status(value, ERROR))
+        self._rate.add(now, len(value))
+        self.items_scored += len(value)
+
+    def _deliver_locked(self, chunk: Chunk, block: EncodedResults, now: float) -> None:
+        chunk.ticket.add_block(chunk.ticket_offset, block, now)
+
+    def _check_deadlines_locked(self, now: float) -> None:
+        for slot in self.slots:
+            deadline = slot.head_deadline(self._cfg.chunk_timeout_s)
+            if slot.state is WorkerState.HEALTHY and deadline is not None and now >= deadline:
+                # ray.cancel cannot stop a running call on a plain actor: kill it, Ray restarts it.
+                logger.warning(
+                    "reward worker %s: a call of %d items passed chunk_timeout_s=%gs; killing it (Ray restarts it)",
+                    slot.name,
+                    len(slot.calls[0].chunk),
+                    self._cfg.chunk_timeout_s,
+                )
+                self._metrics.timed_out(slot.name)
+                slot.calls[0].chunk.ticket.deadline_kills += 1
+                _kill(slot.handle, restart=True)
+                self._take_down_locked(slot, Fault.TIMEOUT, now)
+
+    def _take_down_locked(self, slot: WorkerSlot, fault: Fault, now: float) -> None:
+        """The slot's worker is gone: its running call takes the fault, the queued ones go back."""
+        calls = slot.take_all()
+        for call in calls:
+            self._calls.pop(call.ref, None)
+        slot.go_down(now)
+        if not calls:
+            return
+        requeue: list[Chunk] = []
+        outcome = after_fault(calls[0].chunk, fault, self._cfg)
+        if isinstance(outcome, EncodedResults):
+            self._deliver_locked(calls[0].chunk, outcome, now)
+        else:
+            requeue.extend(outcome)
+        requeue.extend(c.chunk for c in calls[1:])
+        for chunk in requeue:
+            chunk.ticket.retries += 1
+        self._metrics.retried(len(requeue))
+        self._queue.extendleft(reversed(requeue))  # ahead of new work: a step is waiting on them
+
+    # ---- worker health ----------------------------------------------------------------------
+
+    def _send_pings_locked(self, now: float) -> None:
+        for slot in self.slots:
+            down = slot.state in (WorkerState.STARTING, WorkerState.RESTARTING)
+            if down and slot.ping_ref is None and now >= slot.next_ping_at:
+                slot.ping_ref = slot.handle.ping.remote()
+                self._pings[slot.ping_ref] = slot
+
+    def _on_ping_locked(self, slot: WorkerSlot, ok: bool, value: Any, now: float) -> None:
+        slot.ping_ref = None
+        if ok:
+            if slot.pid is not None and value != slot.pid:
+                slot.restarts += 1
+                self.restarts += 1
+                self._metrics.restarted(slot.name)
+            slot.pid, slot.state = value, WorkerState.HEALTHY
+            self._died_pings.pop(slot.index, None)
+            return
+        if slot.state is WorkerState.STARTING:  # the constructor failed: it will fail again
+            self._mark_dead_locked(slot, f"failed to start: {type(value).__name__}: {value}")
+            return
+        died = self._died_pings.get(slot.index, 0) + 1 if isinstance(value, ActorDiedError) else 0
+        self._died_pings[slot.index] = died
+        if died >= _DIED_PINGS_TO_GIVE_UP:
+            self._mark_dead_locked(slot, f"did not come back: {type(value).__name__}: {value}")
+        else:
+            slot.next_ping_at = now + _PING_BACKOFF_S
+
+    def _check_down_workers_locked(self, now: float) -> None:
+        for slot in self.slots:
+            starting = slot.state is WorkerState.STARTING
+            if not (starting or slot.state is WorkerState.RESTARTING):
+                continue
+            limit = self._cfg.start_timeout_s if starting else self._cfg.restart_timeout_s
+            if now - slot.down_since > limit:
+                self._pings.pop(slot.ping_ref, None)
+                slot.ping_ref = None
+                key = "start_timeout_s" if starting else "restart_timeout_s"
+                self._mark_dead_locked(slot, f"did not answer within pool.{key}={limit:g}s")
+
+    def _mark_dead_locked(self, slot: WorkerSlot, reason: str) -> None:
+        slot.state, slot.dead_reason = WorkerState.DEAD, reason
+        logger.error("reward worker %s is dead: %s", slot.name, reason)
+        if self._owns_workers:
+            _kill(slot.handle, restart=False)
+        if all(s.state is WorkerState.DEAD for s in self.slots):
+            reasons = "; ".join(f"{s.name}: {s.dead_reason}" for s in self.slots)
+            self._fatal = f"all {len(self.slots)} reward workers are dead ({reasons})"[:4000]
+
+    def _update_gauges_locked(self, now: float) -> None:
+        if now < self._next_gauge_at:
+            return
+        self._next_gauge_at = now + _GAUGE_EVERY_S
+        depth = sum(len(c) for c in self._queue) + sum(s.items_in_flight for s in self.slots)
+        self._metrics.queue_depth(depth)
+        self._metrics.items_per_s(self._rate.rate(now))
+
+
+def _fetch(refs: list[Any]) -> list[tuple[Any, bool, Any]]:
+    """(ref, ok, value or exception) for refs that ray.wait reported ready, with one ray.get."""
+    if not refs:
+        return []
+    try:
+        return [(r, True, v) for r, v in zip(refs, ray.get(refs, timeout=_FETCH_TIMEOUT_S), strict=True)]
+    except Exception:  # some call failed: find which (all are ready, so these gets do not block)
+        pass
+    out: list[tuple[Any, bool, Any]] = []
+    for ref in refs:
+        try:
+            out.append((ref, True, ray.get(ref, timeout=_FETCH_TIMEOUT_S)))
+        except Exception as exc:
+            out.append((ref, False, exc))
+    return out
+
+
+def _kill(handle: Any, *, restart: bool) -> None:
+    try:
+        ray.kill(handle, no_restart=not restart)
+    except Exception:  # already gone: nothing left to stop
+        pass

@@ -1,0 +1,130 @@
+"""The pool's units of work and its fault policy, free of Ray so they are tested directly.
+
+A `Ticket` is one submission; its items are cut into `Chunk`s (slices of a payload: the chunk's
+items, by value or in the object store). `after_fault` decides what a chunk that timed out or lost
+its worker becomes: the same chunk again, smaller pieces (to isolate a poison item), or a final
+`timeout` / `error` block.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from actors.pool.codec import EncodedResults, failed_block
+from actors.pool.config import PoolConfig
+from rewards import ERROR, TIMEOUT
+
+_ticket_ids = itertools.count()
+
+
+class Fault(enum.Enum):
+    TIMEOUT = "timeout"  # the call passed its deadline; its worker was killed
+    DIED = "died"  # the worker process died while the call ran
+
+
+class Ticket:
+    """One submission: its items' results arrive in blocks and are read back in order."""
+
+    def __init__(self, pool_id: int, size: int, group_ids: Sequence[Any] | None, now: float):
+        self.ticket_id = next(_ticket_ids)
+        self.pool_id = pool_id
+        self.size = size
+        self.group_ids = tuple(group_ids) if group_ids is not None else None
+        self.submitted_at = now
+        self.first_dispatch_at: float | None = None
+        self.done_at: float | None = now if size == 0 else None
+        self.retries = 0  # chunk dispatches caused by faults
+        self.deadline_kills = 0  # calls of this ticket killed at their deadline
+        self._blocks: list[tuple[int, EncodedResults]] = []
+        self._remaining = size
+
+    @property
+    def done(self) -> bool:
+        return self._remaining == 0
+
+    def add_block(self, offset: int, block: EncodedResults, now: float) -> None:
+        """Results of items [offset, offset + len(block)) of this ticket."""
+        self._blocks.append((offset, block))
+        self._remaining -= len(block)
+        if self._remaining < 0:
+            raise RuntimeError(f"ticket {self.ticket_id} got more results than its {self.size} items")
+        if self._remaining == 0:
+            self.done_at = now
+
+    def blocks(self) -> list[EncodedResults]:
+        """All result blocks in item order (only meaningful once done)."""
+        return [b for _, b in sorted(self._blocks, key=lambda ob: ob[0])]
+
+    def __repr__(self) -> str:
+        return f"Ticket(id={self.ticket_id}, size={self.size}, done={self.done})"
+
+
+@dataclass(eq=False)
+class Chunk:
+    """Items [lo, hi) of a payload (completions, targets) that starts at `offset` in its ticket."""
+
+    ticket: Ticket
+    payload: Any  # (completions, targets), or a ray.ObjectRef of them; opaque here
+    offset: int
+    lo: int
+    hi: int
+    suspect: bool = False  # already failed once: a further fault splits it at once
+    alone_faults: int = 0  # faults suffered as a single item
+    history: list[str] = field(default_factory=list)  # faults so far, for the final reason
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def ticket_offset(self) -> int:
+        return self.offset + self.lo
+
+
+def plan_chunks(n: int, chunk_size: int, min_chunk_size: int, spread: int) -> list[tuple[int, int]]:
+    """Even [start, stop) bounds covering n items: at most chunk_size each, and at least `spread`
+    pieces (one per worker) when every piece can still hold min_chunk_size items."""
+    if n <= 0:
+        return []
+    count = -(-n // chunk_size)
+    count = max(count, min(spread, n // min_chunk_size), 1)
+    return [(i * n // count, (i + 1) * n // count) for i in range(count)]
+
+
+def split(chunk: Chunk, parts: int) -> list[Chunk]:
+    """`chunk` cut into up to `parts` even, suspect pieces."""
+    bounds = plan_chunks(len(chunk), -(-len(chunk) // parts), 1, 1)
+    return [
+        replace(
+            chunk, lo=chunk.lo + a, hi=chunk.lo + b, suspect=True, alone_faults=0, history=list(chunk.history)
+        )
+        for a, b in bounds
+    ]
+
+
+def after_fault(chunk: Chunk, fault: Fault, cfg: PoolConfig) -> list[Chunk] | EncodedResults:
+    """What to do with a chunk whose call failed: chunks to queue again, or its final results.
+
+    - A worker that died under a chunk for the first time is blamed on the worker (kill -9, OOM):
+      the same chunk runs again on a healthy worker, so the step's rewards do not change.
+    - A timeout, or a second death, is blamed on the items: the chunk is split so that the
+      innocent items score normally and the poison one ends up alone.
+    - A single item is run again up to `max_retries` times, then gets status `timeout` (it hung)
+      or `error` (its worker died under it), with a reason.
+    """
+    history = [*chunk.history, fault.value]
+    if len(chunk) > 1:
+        if fault is Fault.DIED and not chunk.suspect:
+            return [replace(chunk, suspect=True, history=history)]
+        return split(replace(chunk, history=history), cfg.split_parts)
+    if chunk.alone_faults < cfg.max_retries:
+        return [replace(chunk, suspect=True, alone_faults=chunk.alone_faults + 1, history=history)]
+    runs = len(history)
+    if fault is Fault.TIMEOUT:
+        reason = f"scoring did not finish within chunk_timeout_s={cfg.chunk_timeout_s:g}s (ran {runs} times)"
+        return failed_block(1, TIMEOUT, reason)
+    reason = f"the reward worker process died while scoring this item ({history.count('died')} times)"
+    return failed_block(1, ERROR, reason)

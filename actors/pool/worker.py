@@ -1,0 +1,62 @@
+"""One reward worker: a plain class around the pure scorer, made a Ray actor only at assembly time.
+
+`RewardWorker` knows nothing of Ray; `RewardPool` applies `ray.remote(...).options(...)` to it with
+resources and names from `PoolConfig`. A call scores a slice of a chunk payload (so a retried or
+split chunk reuses the payload already in the object store) and returns compact columns.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actors.pool.codec import EncodedResults, encode, failed_block
+from rewards import ERROR, RewardConfig, Scorer, build_scorer
+
+# (completions, targets) of one chunk, as put in the object store by the pool.
+Payload = tuple[Sequence[Any], Sequence[Any]]
+
+
+class RewardWorker:
+    """Scores chunks with one `Scorer` (built-in FEN/Levenshtein reward plus the user rewards)."""
+
+    def __init__(self, scorer: Scorer | RewardConfig | Mapping[str, Any] | None = None):
+        # A Scorer built by the pool carries its resolved user rewards (registered ones included).
+        self._scorer = scorer if isinstance(scorer, Scorer) else build_scorer(scorer)
+        self._items_scored = 0
+        self._busy_s = 0.0  # wall time inside score_chunk
+        self._cpu_s = 0.0  # CPU time this process got meanwhile (less than busy when starved)
+
+    def score_chunk(self, payload: Payload, lo: int = 0, hi: int | None = None) -> EncodedResults:
+        """Results of items [lo, hi) of the payload, as columns. Never raises for bad items."""
+        completions, targets = payload
+        hi = len(completions) if hi is None else hi
+        if not (0 <= lo <= hi <= len(completions) == len(targets)):
+            raise ValueError(
+                f"slice [{lo}, {hi}) does not fit a payload of {len(completions)} completions "
+                f"and {len(targets)} targets"
+            )
+        began, began_cpu = time.perf_counter(), time.thread_time()
+        try:
+            results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi])
+            encoded = encode(results)
+        except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
+            encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
+        self._busy_s += time.perf_counter() - began
+        self._cpu_s += time.thread_time() - began_cpu
+        self._items_scored += hi - lo
+        return encoded
+
+    def ping(self) -> int:
+        """The worker's process id: answers once the worker is up (a new id after a restart)."""
+        return os.getpid()
+
+    def items_scored(self) -> int:
+        """Items scored by this process since it started."""
+        return self._items_scored
+
+    def timings(self) -> dict[str, float]:
+        """Since this process started: items, wall seconds in score_chunk, CPU seconds it got."""
+        return {"items": float(self._items_scored), "busy_s": self._busy_s, "cpu_s": self._cpu_s}

@@ -1,0 +1,71 @@
+"""The pool's view of one worker actor: its health and its calls in flight, in execution order."""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from actors.pool.work import Chunk
+
+
+class WorkerState(enum.Enum):
+    STARTING = "starting"  # created; waiting for its first ping
+    HEALTHY = "healthy"  # takes calls
+    RESTARTING = "restarting"  # killed or died; waiting for Ray to bring it back
+    DEAD = "dead"  # will not come back (restarts used up, or it cannot start)
+
+
+@dataclass(eq=False)
+class Call:
+    """One score_chunk call in flight."""
+
+    ref: Any  # ray.ObjectRef of its EncodedResults
+    chunk: Chunk
+    started_at: float | None  # when it became the first call in its worker's queue (so began running)
+
+
+class WorkerSlot:
+    """A worker actor, its state, and its calls in flight (a sync actor runs them in order)."""
+
+    def __init__(self, index: int, name: str, handle: Any, now: float):
+        self.index = index
+        self.name = name
+        self.handle = handle
+        self.state = WorkerState.STARTING
+        self.calls: deque[Call] = deque()
+        self.pid: int | None = None
+        self.restarts = 0
+        self.down_since = now  # start of the current STARTING / RESTARTING period
+        self.ping_ref: Any = None
+        self.next_ping_at = now
+        self.dead_reason: str | None = None
+
+    @property
+    def items_in_flight(self) -> int:
+        return sum(len(c.chunk) for c in self.calls)
+
+    def head_deadline(self, timeout_s: float) -> float | None:
+        """When the running call passes its deadline; None when idle."""
+        if not self.calls or self.calls[0].started_at is None:
+            return None
+        return self.calls[0].started_at + timeout_s
+
+    def remove(self, call: Call, now: float) -> None:
+        """Forget a finished call; the next one in the queue starts running now."""
+        self.calls.remove(call)
+        if self.calls and self.calls[0].started_at is None:
+            self.calls[0].started_at = now
+
+    def take_all(self) -> list[Call]:
+        """Every call in flight, the running one first (the worker is going down)."""
+        calls = list(self.calls)
+        self.calls.clear()
+        return calls
+
+    def go_down(self, now: float) -> None:
+        self.state = WorkerState.RESTARTING
+        self.down_since = now
+        self.next_ping_at = now
+        self.ping_ref = None

@@ -1,0 +1,235 @@
+"""The per-worker Ray Train loop: SFT warm start, then GRPO with the shared reward pool.
+
+One call of `train_loop_per_worker` per Ray Train worker (one DDP rank). Ray Train has set up
+torch.distributed (gloo on CPU, NCCL on GPU); `trainer.engine.Trainer` wraps DDP itself and
+takes this rank's share of each step's pairs. Every rank samples K completions for its share,
+sends them to the shared reward pool as each micro-batch finishes and takes the rewards back
+through the object store; then the ranks make one DDP update.
+
+Per global step s (one counter over SFT and GRPO; `trainer.schedule` says what is due when):
+    train -> rank 0 publishes the step record -> held-out eval when due (rank 0)
+    -> ranks agree on the stop flag -> checkpoint when due or stopping -> stop if asked.
+A checkpoint at step s therefore covers every record up to s.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+
+from actors.pool.config import PoolConfig
+from actors.pool.reward_pool import RewardPool
+from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
+from actors.run.step_data import StepData
+from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from trainer.config import TrainerConfig
+from trainer.data.pairs import Pair
+from trainer.distributed import reduce_on
+from trainer.engine import Trainer
+from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.rng import derived_seed
+from trainer.schedule import Schedule
+from trainer.task import TrainingTask
+
+log = logging.getLogger(__name__)
+
+CONTROL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """What every worker needs, sent once through `train_loop_config` (pickled)."""
+
+    trainer: TrainerConfig
+    task: TrainingTask
+    pool: PoolConfig
+    run_id: str
+    eval_pairs: list[Pair]
+    eval_samples: int = 3
+    train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train entry point; config = {"spec": LoopSpec, "control": RunControl actor handle}."""
+    WorkerLoop(config["spec"], config["control"]).run()
+
+
+class WorkerLoop:
+    """One rank's run: restore, step, evaluate, checkpoint, stop."""
+
+    def __init__(self, spec: LoopSpec, control: Any):
+        self.spec = spec
+        self.control = control
+        context = ray.train.get_context()
+        self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.device = ray.train.torch.get_device()
+        self.trainer = Trainer(spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device)
+        self.schedule = Schedule.of(spec.trainer)
+        self._pool: RewardPool | None = None
+        self._last_checkpoint = -1
+        self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> None:
+        step = 0
+        try:
+            # torch seeds its global RNG randomly in each process; dropout draws from it. Seed it
+            # from the run's seed (apart from the sampling seeds (seed, rank, step >= 0)) so a run
+            # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
+            torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
+            step = self.restore()
+            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
+                self.evaluate(0, "start")
+            data = StepData(self.schedule, self._source(), self.rank, self.world)
+            try:
+                while step < self.schedule.total:
+                    step += 1
+                    self.train_step(step, data)
+                    kind = self.schedule.eval_due(step)
+                    if kind:
+                        self.evaluate(step, kind)
+                    stopping = self.stop_agreed()
+                    if self.schedule.checkpoint_due(step, stopping):
+                        self.checkpoint(step)
+                    if stopping:
+                        break
+            finally:
+                data.close()
+        except Exception as exc:
+            self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
+            raise
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()  # a front-end only: the driver owns the workers
+
+    def train_step(self, step: int, data: StepData) -> None:
+        phase = self.schedule.phase_of(step)
+        pairs = data.pairs(step)
+        if phase == "sft":
+            metrics = self.trainer.sft_step(pairs)
+        else:
+            metrics = self.trainer.grpo_step(pairs, self.pool())
+        self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
+
+    # ------------------------------------------------------------------ pieces
+    def pool(self) -> RewardPool:
+        """This worker's front-end to the driver's reward workers (attached on first use)."""
+        if self._pool is None:
+            self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id)
+        return self._pool
+
+    def _source(self):
+        pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)
+        return self.spec.task.train_stream(pairs)
+
+    def _publish(self, kind: str, record: dict[str, Any]) -> None:
+        if self.rank == 0:
+            self.control.publish.remote(kind, record)  # fire and forget: records keep their order
+
+    def evaluate(self, step: int, kind: str) -> None:
+        """Greedy completions of the held-out pairs, scored by the reward pool (rank 0 only)."""
+        if self.rank != 0:
+            return
+        began = time.perf_counter()
+        pool = self.pool()
+        result = self.trainer.evaluate(
+            self.spec.eval_pairs,
+            lambda c, t: pool.score(c, t),
+            n_samples=self.spec.eval_samples,
+            metrics_fn=self.spec.task.eval_metrics,
+        )
+        record = {
+            "step": step,
+            "phase": self.schedule.phase_of(step),
+            "kind": kind,
+            "time": time.time(),
+        }
+        record.update(result, eval_time_s=time.perf_counter() - began)
+        self._publish(EVAL, record)
+
+    def stop_agreed(self) -> bool:
+        """Whether to stop after this step; rank 0 reads the flag and every rank gets its answer."""
+        flag = 0.0
+        if self.rank == 0:
+            reason = ray.get(self.control.stop_reason.remote(), timeout=CONTROL_TIMEOUT_S)
+            flag = 1.0 if reason else 0.0
+        return bool(reduce_on(torch.tensor([flag]), self.device)[0] > 0)
+
+    def checkpoint(self, step: int) -> None:
+        """Rank 0 writes the trainer state; Ray Train persists it as `<storage>/step_<step>`."""
+        # After a fall-back past a bad checkpoint Ray Train still lists it: saving that name again
+        # would give it two entries for one directory, and pruning one deletes the other's files.
+        if step == self._last_checkpoint or step <= self._registered_through:
+            return
+        self._last_checkpoint = step
+        metrics = {"step": step}
+        if self.rank != 0:
+            ray.train.report(metrics)  # every rank reports: it is a barrier
+            return
+        self._wait_recorded(step)
+        extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
+        staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
+        try:
+            path = save_checkpoint(staging, step, self.trainer.state_dict(), extra, keep_last=1)
+            ray.train.report(
+                metrics,
+                checkpoint=ray.train.Checkpoint.from_directory(str(path)),
+                checkpoint_dir_name=step_dir_name(step),
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
+
+    def _wait_recorded(self, step: int) -> None:
+        """Until the driver has written every record published so far: a checkpoint then never
+        covers a step whose record a dying driver could still lose."""
+        deadline = time.monotonic() + CONTROL_TIMEOUT_S
+        while ray.get(self.control.unwritten.remote(), timeout=CONTROL_TIMEOUT_S) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the driver has not written the records up to step {step} for {CONTROL_TIMEOUT_S:g}s"
+                )
+            time.sleep(0.02)
+
+    def restore(self) -> int:
+        """Load Ray Train's latest checkpoint, if any; returns its step (0 when starting afresh)."""
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return 0
+        with checkpoint.as_directory() as directory:
+            state, extra = load_verified(Path(directory))
+        self.trainer.load_state_dict(state)
+        self._last_checkpoint = int(extra["step"])
+        self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
+        return int(extra["step"])
+
+
+def load_verified(path: Path) -> tuple[dict, dict]:
+    """(trainer_state, extra) of a checkpoint directory, falling back to older `step_*` siblings
+    when it does not match its manifest (a copy cut short, a corrupt file)."""
+    try:
+        return load_checkpoint(path)
+    except Exception as exc:
+        log.warning(
+            "checkpoint %s cannot be loaded (%s: %s); trying older ones", path, type(exc).__name__, exc
+        )
+        failure = exc
+    for _, older in list_checkpoints(path.parent):
+        if older.name >= path.name:
+            continue
+        try:
+            return load_checkpoint(older)
+        except Exception as exc:  # keep looking further back
+            log.warning("checkpoint %s cannot be loaded either (%s)", older, exc)
+    raise RuntimeError(f"no loadable checkpoint at or before {path}: {failure}") from failure

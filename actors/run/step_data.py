@@ -1,0 +1,69 @@
+"""Each step's training pairs for one rank, drawn from the task's pair stream by the schedule.
+
+Which pair indices a step uses is `trainer.schedule.Schedule.step_window`. The trainer hands each
+rank a contiguous share of a step's pairs; `StepPairs` generates only the items a rank actually
+reads (a generated chess game is replayed with python-chess, milliseconds each), and the next
+step's share is prepared in a background thread while the current step trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from trainer.data.pairs import Pair
+from trainer.distributed import shard
+from trainer.schedule import Schedule
+
+
+class StepPairs(Sequence):
+    """The pairs of one step as a lazy sequence: items are generated when read, then kept."""
+
+    def __init__(self, first: int, count: int, source: Callable[[int], Pair]):
+        self._first, self._count, self._source = first, count, source
+        self._items: dict[int, Pair] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._count))]
+        if not -self._count <= i < self._count:
+            raise IndexError(f"pair {i} of a step of {self._count}")
+        i %= self._count
+        if i not in self._items:
+            self._items[i] = self._source(self._first + i)
+        return self._items[i]
+
+    def fill(self, rank: int, world: int) -> StepPairs:
+        """Generate this rank's share now (the items the trainer will read)."""
+        shard(self, rank, world)
+        return self
+
+
+class StepData:
+    """Each step's pairs for one rank, the next step's share generated in the background."""
+
+    def __init__(self, schedule: Schedule, source: Callable[[int], Pair], rank: int, world: int):
+        self._schedule, self._source, self._rank, self._world = schedule, source, rank, world
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-data")
+        self._next: tuple[int, Future[StepPairs]] | None = None
+
+    def _build(self, step: int) -> StepPairs:
+        _, first, count = self._schedule.step_window(step)
+        return StepPairs(first, count, self._source).fill(self._rank, self._world)
+
+    def pairs(self, step: int) -> StepPairs:
+        """The pairs of `step` (this rank's share already generated); starts on step + 1."""
+        if self._next is not None and self._next[0] == step:
+            pairs = self._next[1].result()
+        else:
+            pairs = self._build(step)
+        more = step < self._schedule.total
+        self._next = (step + 1, self._pool.submit(self._build, step + 1)) if more else None
+        return pairs
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,61 @@
+"""The FEN task: a SAN move list from the standard start -> the FEN of the resulting position.
+
+Training pairs are generated games (or a PGN / JSONL file); the held-out set is generated from
+positions training never sees; the reward is FEN validity + Levenshtein similarity + exact match
+(`rewards.score`), plus any user rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rewards import RewardConfig, Scorer, build_scorer
+from service.tasks.base import Task
+from trainer.config import DataConfig
+from trainer.data.chess_games import CHESS_ALPHABET, GameStream, eval_pairs, is_held_out, load_pgn
+from trainer.data.pairs import DataFileError, Pair, file_stream, load_jsonl
+
+
+@dataclass(frozen=True)
+class FenTask(Task):
+    name = "fen"
+    data: DataConfig
+    reward: RewardConfig
+
+    @property
+    def alphabet(self) -> str:
+        return CHESS_ALPHABET
+
+    def eval_pairs(self) -> list[Pair]:
+        d = self.data
+        return eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+
+    def training_pairs(self, log: Callable[[str], None]) -> list[Pair] | None:
+        d = self.data
+        if d.source == "generated":
+            return None
+        try:
+            report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
+        except DataFileError as exc:  # the file cannot be read at all
+            raise ValueError(f"data.path: {exc}") from None
+        pairs = [p for p in report.pairs if not is_held_out(p.target)]
+        if report.skipped:
+            log(f"[data] {d.path}: skipped {report.skipped} bad records; first: {report.errors[0]}")
+        if not pairs:
+            raise ValueError(
+                f"data.path: {d.path!r} gives no usable training pairs ({report.skipped} bad records)"
+            )
+        log(
+            f"[data] {d.path}: {len(pairs)} training pairs ({len(report.pairs) - len(pairs)} held-out positions left out)"
+        )
+        return pairs
+
+    def train_stream(self, file_pairs: Sequence[Pair] | None) -> Callable[[int], Pair]:
+        d = self.data
+        if file_pairs is None:
+            return GameStream(d.seed, d.min_plies, d.max_plies, d.natural)
+        return file_stream(file_pairs, d.seed)
+
+    def scorer(self) -> Scorer:
+        return build_scorer(self.reward)

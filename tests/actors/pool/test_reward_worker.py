@@ -1,0 +1,38 @@
+"""The worker class is a plain object: tested without Ray."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from actors.pool.codec import decode
+from actors.pool.worker import RewardWorker
+from rewards import ERROR, RewardConfig, Scorer
+from rewards.config import UserRewardSpec
+from service.bench.pool_workload import realistic_batch
+
+FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
+
+
+def test_scores_like_the_scorer_and_slices_the_payload():
+    cfg = RewardConfig(user=[UserRewardSpec(fn="user_rewards:length_bonus")])
+    completions, targets = realistic_batch(100, seed=3, distinct_targets=5)
+    worker = RewardWorker(cfg.model_dump())  # a plain mapping works as well as a config
+    expected = Scorer(cfg).score_batch(completions, targets)
+    assert decode(worker.score_chunk((completions, targets))) == expected
+    assert decode(worker.score_chunk((completions, targets), 10, 30)) == expected[10:30]
+    assert worker.items_scored() == 120 and worker.ping() == os.getpid()
+
+
+def test_a_slice_outside_the_payload_is_refused():
+    with pytest.raises(ValueError, match=r"slice \[2, 5\) does not fit a payload of 3 completions"):
+        RewardWorker().score_chunk((["a", "b", "c"], [FEN] * 3), 2, 5)
+
+
+def test_a_failing_score_batch_turns_every_item_into_an_error():
+    worker = RewardWorker(Scorer())
+    # A str where the scorer wants a sequence of completions: score_batch raises TypeError.
+    out = decode(worker.score_chunk(("abc", [FEN] * 3)))
+    assert [r.status for r in out] == [ERROR] * 3
+    assert out[0].reason.startswith("score_batch failed: TypeError")

@@ -1,0 +1,107 @@
+"""Text pairs, the unit every task trains on, and the generic file loaders and streams.
+
+A task gives (prompt, target) text; the policy's tokenizer turns it into ids. Loaders never stop
+at a bad record: it is skipped and reported as "file:line: reason" (strict loading raises at the
+first one instead).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+MAX_ERRORS_KEPT = 1000
+
+
+class Pair(NamedTuple):
+    prompt: str  # what the policy is given
+    target: str  # what a perfect completion would be (the scorer's reference)
+
+
+class LoadReport(NamedTuple):
+    pairs: list[Pair]
+    skipped: int  # malformed games (PGN) or bad lines (JSONL)
+    errors: list[str]  # "file:line: reason", the first MAX_ERRORS_KEPT of them
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be read, or (strict loading) its first bad record."""
+
+
+class RecordErrors:
+    """Bad records of one file: counted, kept as "file:line: reason", raised at once if strict."""
+
+    def __init__(self, path: str | Path, strict: bool):
+        self.path, self.strict, self.count, self.messages = str(path), strict, 0, []
+
+    def add(self, line: int, reason: str) -> None:
+        message = f"{self.path}:{line}: {reason}"
+        if self.strict:
+            raise DataFileError(message)
+        self.count += 1
+        if len(self.messages) < MAX_ERRORS_KEPT:
+            self.messages.append(message)
+
+
+def _jsonl_pair(raw: bytes) -> Pair | str | None:
+    """The pair on one line, None for a blank line, or the reason the line is bad."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"invalid JSON ({exc.msg} at column {exc.colno})"
+    if not isinstance(record, dict):
+        return f"expected an object with 'prompt' and 'target', got {type(record).__name__}"
+    for key in ("prompt", "target"):
+        if key not in record:
+            return f"missing {key!r}"
+        if not isinstance(record[key], str):
+            return f"{key!r} must be a string, got {type(record[key]).__name__}"
+    return Pair(record["prompt"], record["target"])
+
+
+def load_jsonl(path: str | Path, strict: bool = False) -> LoadReport:
+    """Pairs from lines `{"prompt": str, "target": str}` (other keys ignored, blank lines skipped).
+
+    A bad line is skipped and reported as "file:line: reason"; strict=True raises DataFileError
+    at the first one.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw_lines = f.read().split(b"\n")
+    except OSError as exc:
+        raise DataFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    errors, pairs = RecordErrors(path, strict), []
+    for number, raw in enumerate(raw_lines, start=1):
+        result = _jsonl_pair(raw)
+        if isinstance(result, str):
+            errors.add(number, result)
+        elif result is not None:
+            pairs.append(result)
+    return LoadReport(pairs, errors.count, errors.messages)
+
+
+def file_stream(pairs: Sequence[Pair], seed: int) -> Callable[[int], Pair]:
+    """Pair number i of an endless stream over loaded pairs: one seeded shuffle per epoch."""
+    if not pairs:
+        raise ValueError("the training data file holds no usable pairs")
+    orders: dict[int, list[int]] = {}
+
+    def at(index: int) -> Pair:
+        epoch, offset = divmod(index, len(pairs))
+        if epoch not in orders:
+            order = list(range(len(pairs)))
+            random.Random(f"epoch:{seed}:{epoch}").shuffle(order)
+            orders.clear()  # one epoch at a time is enough for a forward-moving stream
+            orders[epoch] = order
+        return pairs[orders[epoch][offset]]
+
+    return at

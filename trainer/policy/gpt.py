@@ -1,0 +1,203 @@
+"""A nanoGPT-style decoder: learned positions, pre-LN blocks, GELU MLP, tied embeddings.
+
+The model never chooses a device or a dtype: the caller moves it and wraps calls in autocast.
+Left-padded batches are supported through `attn_mask` (pads are never attended to and do not
+count as positions) and incremental decoding through a `KVCache`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from trainer.config import ModelConfig
+from trainer.policy.kv_cache import KVCache
+
+
+def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
+    """Boolean SDPA mask `[N, 1, T, Tk]`: causal, real keys only, and always the query's own column.
+
+    key_valid `[N, Tk]`; query_cols `[T]` and key_cols `[Tk]` are column numbers. Allowing the
+    diagonal keeps a pad query from having no key at all (a fully masked row gives NaN in SDPA);
+    pad queries' outputs are never used.
+    """
+    q = query_cols.unsqueeze(1)  # [T, 1]
+    causal = key_cols <= q  # [T, Tk]
+    own = key_cols == q  # [T, Tk]
+    return (causal & (key_valid.unsqueeze(1) | own)).unsqueeze(1)
+
+
+def positions_from_mask(attn_mask: Tensor) -> Tensor:
+    """Position ids `[B, T]` counting real tokens only (a left pad gets 0, like the first token)."""
+    return (attn_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None, kv_cache: KVCache | None, layer: int, cols: Tensor | None
+    ) -> Tensor:
+        """x `[B, T, C]`; mask `[B, 1, T, Tk]` bool or None for plain causal attention."""
+        b, t, c = x.shape
+        # [B, T, 3, H, D] -> three [B, H, T, D]
+        q, k, v = self.c_attn(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4).unbind(0)
+        if kv_cache is not None:
+            k, v = kv_cache.write(layer, cols, k, v)  # [B, H, T_max, D]
+            q = q.to(k.dtype)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=mask is None,
+        )
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        kv_cache: KVCache | None = None,
+        layer: int = 0,
+        cols: Tensor | None = None,
+    ) -> Tensor:
+        x = x + self.attn(self.ln_1(x), mask, kv_cache, layer, cols)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer over `vocab_size` token ids, at most `config.block_size` positions."""
+
+    def __init__(self, config: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        self.config = config
+        self.vocab_size = vocab_size
+        self.transformer = nn.ModuleDict(
+            {
+                "wte": nn.Embedding(vocab_size, config.n_embd),
+                "wpe": nn.Embedding(config.block_size, config.n_embd),
+                "drop": nn.Dropout(config.dropout),
+                "h": nn.ModuleList(Block(config) for _ in range(config.n_layer)),
+                "ln_f": nn.LayerNorm(config.n_embd),
+            }
+        )
+        self.lm_head = nn.Linear(config.n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied: one matrix for input and output
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled down so the residual stream's variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; `non_embedding` leaves out the token and position embeddings.
+
+        The tied lm_head shares the token embedding, so it is never counted twice.
+        """
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()
+        return n
+
+    def estimate_flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs per token (forward + backward), as in the PaLM paper / nanoGPT's MFU.
+
+        6 * (matmul weights, including the tied lm_head) + 12 * n_layer * n_embd * seq_len for
+        attention scores and values; `seq_len` defaults to block_size.
+        """
+        cfg = self.config
+        t = cfg.block_size if seq_len is None else seq_len
+        matmul_params = self.num_params(non_embedding=True) + self.transformer.wte.weight.numel()
+        return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.n_embd * t
+
+    def forward(
+        self,
+        idx: Tensor,
+        position_ids: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """Logits `[B, T, V]` for token ids `idx` `[B, T]`.
+
+        position_ids `[B, T]`: defaults to counting real tokens of `attn_mask` (or 0..T-1).
+        attn_mask `[B, T]` bool: True for real tokens, False for pads (never attended to).
+        kv_cache: the tokens are written at the cache's shared position, which then advances by T;
+        with a cache and a mask, pass position_ids (the cache alone cannot tell them).
+        Without mask and cache, attention uses the causal fast path (flash kernels on GPU).
+        """
+        b, t = idx.shape
+        cols, mask = None, None
+        if kv_cache is not None:
+            cols = kv_cache.key_index[:t] + kv_cache.pos  # [T] columns written by this call
+            if attn_mask is None:
+                kv_cache.key_valid.index_fill_(1, cols, True)
+            else:
+                kv_cache.key_valid.index_copy_(1, cols, attn_mask.bool())
+            mask = attention_mask(kv_cache.key_valid, cols, kv_cache.key_index)
+            if position_ids is None:
+                if attn_mask is not None:
+                    raise ValueError("forward with kv_cache and attn_mask needs explicit position_ids")
+                position_ids = cols.unsqueeze(0).expand(b, t)
+        else:
+            if t > self.config.block_size:
+                raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
+            if attn_mask is not None:
+                cols = torch.arange(t, device=idx.device)
+                mask = attention_mask(attn_mask.bool(), cols, cols)
+                if position_ids is None:
+                    position_ids = positions_from_mask(attn_mask)
+            elif position_ids is None:
+                position_ids = torch.arange(t, device=idx.device).unsqueeze(0)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(position_ids))
+        use_checkpoint = self.config.gradient_checkpointing and self.training and kv_cache is None
+        for layer, block in enumerate(self.transformer.h):
+            if use_checkpoint:
+                x = checkpoint(block, x, mask, use_reentrant=False)
+            else:
+                x = block(x, mask, kv_cache, layer, cols)
+        if kv_cache is not None:
+            kv_cache.pos.add_(t)
+        return self.lm_head(self.transformer.ln_f(x))

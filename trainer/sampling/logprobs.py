@@ -1,0 +1,48 @@
+"""Per-token log-probabilities and entropies of sequences under a model, in float32.
+
+Used for the policy (the GRPO ratio), the frozen reference model (the KL term) and SFT-style
+scoring. The temperature must be the one used at sampling time, so that at unchanged weights the
+recomputed log-probs equal the rollout's `old_logprobs`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from trainer.sampling.rollout import Rollout
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log softmax(logits)[target] `[B, T]` float32 for logits `[B, T, V]` and targets `[B, T]`."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def token_entropy(logits: Tensor) -> Tensor:
+    """Entropy `[B, T]` float32 of softmax(logits) for logits `[B, T, V]`."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def completion_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> tuple[Tensor, Tensor]:
+    """Log-probs `[N, L]` and entropies `[N, L]` (float32) of the rollout's completion tokens.
+
+    One forward pass over input_ids with the rollout's attn_mask and position_ids; logits are
+    divided by `temperature` as at sampling time. Positions outside completion_mask are 0.
+    `model` is a GPT or any wrapper with its forward signature (DDP, torch.compile).
+    Gradients flow when called outside no_grad (the policy); wrap in no_grad for the reference.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    p = rollout.prompt_len
+    if p < 1 or rollout.input_ids.shape[1] <= p:
+        raise ValueError(f"rollout needs a prompt (P={p}) and at least one completion token")
+    # The last token's prediction is never needed: feed all but the last column.
+    logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
+    logits = logits[:, p - 1 :].float() / temperature  # [N, L, V]: position p-1+j predicts completion token j
+    logp = token_logprobs(logits, rollout.input_ids[:, p:])
+    entropy = token_entropy(logits)
+    keep = rollout.completion_mask
+    return logp.masked_fill(~keep, 0.0), entropy.masked_fill(~keep, 0.0)
