@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,12 @@ def test_option_vocabularies_are_spelled_once():
         for _ in spelled.finditer(p.read_text())
     ]
     assert hits == ["trainer/config.py", "trainer/config.py"]
+
+
+def test_a_config_is_validated_without_importing_torch_or_ray():
+    code = (
+        "import sys; from service.config import load_config; load_config('demo'); "
+        "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"  # a bad config is refused in well under a second

@@ -9,8 +9,7 @@ not import Ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from actors.lazy import lazy_exports
 
 _EXPORTS = {
     "PoolConfig": "actors.pool.config",
@@ -29,8 +28,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'actors.pool' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

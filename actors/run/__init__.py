@@ -8,8 +8,7 @@ without importing Ray Train.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from actors.lazy import lazy_exports
 
 _EXPORTS = {
     "LoopSpec": "actors.run.loop",
@@ -24,8 +23,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'actors.run' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -147,9 +147,7 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     cfg = trainer.cfg
 
     def fwd_per_token(seq_len: float) -> float:
-        return (
-            trainer.model.estimate_flops_per_token(seq_len) / 3
-        )  # forward = a third of forward + backward
+        return trainer.model.estimate_flops_per_token(seq_len) / 3  # forward = a third of forward + backward
 
     total = 0.0
     for n, b, p, length in shapes:
@@ -222,7 +220,7 @@ def run_trial(
     if device == "cpu":
         torch.set_num_threads(threads)
     cfg = TrainerConfig.model_validate(trainer_cfg)
-    trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, device=device)
+    trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
     source, pool = _open_rewards(rewards, pool_cfg, gcs_address)

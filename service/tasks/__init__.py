@@ -18,7 +18,7 @@ TASKS: dict[str, type[Task]] = {FenTask.name: FenTask}
 
 def build_task(cfg: ServiceConfig) -> Task:
     """The run's task, built from its config sections."""
-    return TASKS[cfg.task.name](data=cfg.data, reward=cfg.reward)
+    return TASKS[cfg.task.name].from_config(cfg)
 
 
 __all__ = ["TASKS", "FenTask", "Task", "build_task"]

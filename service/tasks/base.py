@@ -5,16 +5,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewards import Scorer
 from trainer.data.pairs import Pair
+
+if TYPE_CHECKING:
+    from service.config import ServiceConfig
 
 
 class Task(ABC):
     """One task; subclasses register under `name` (see `service.tasks.TASKS`)."""
 
     name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg: ServiceConfig) -> Task:
+        """The task for a run's config (each task reads the sections it needs)."""
 
     @property
     @abstractmethod

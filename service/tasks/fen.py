@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rewards import RewardConfig, Scorer, build_scorer
 from service.tasks.base import Task
@@ -16,12 +17,19 @@ from trainer.config import DataConfig
 from trainer.data.chess_games import CHESS_ALPHABET, GameStream, eval_pairs, is_held_out, load_pgn
 from trainer.data.pairs import DataFileError, Pair, file_stream, load_jsonl
 
+if TYPE_CHECKING:
+    from service.config import ServiceConfig
+
 
 @dataclass(frozen=True)
 class FenTask(Task):
     name = "fen"
     data: DataConfig
     reward: RewardConfig
+
+    @classmethod
+    def from_config(cls, cfg: ServiceConfig) -> FenTask:
+        return cls(data=cfg.data, reward=cfg.reward)
 
     @property
     def alphabet(self) -> str:

@@ -57,9 +57,7 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 def _grads(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {
-        k: p.grad.detach().cpu().clone()
-        for k, p in trainer.model.named_parameters()
-        if p.grad is not None
+        k: p.grad.detach().cpu().clone() for k, p in trainer.model.named_parameters() if p.grad is not None
     }
 
 
@@ -93,7 +91,7 @@ def one_sft_and_one_grpo_update(out_path: str) -> None:
         targets += [pair.target] * cfg.sampling.group_size
     results = score_batch(completions, targets)
     scored = Rewards([r.total for r in results], [True] * len(results), [r.status for r in results])
-    grpo = trainer.grpo.update(rollouts, scored)
+    grpo = trainer.grpo_update(rollouts, scored)
     snapshots.update(
         grpo=_weights(trainer),
         grpo_grad=_grads(trainer),

@@ -89,7 +89,7 @@ def _run(rank: int, world: int, rendezvous: str, out: str) -> None:
         mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
         flat = [v for vs in values[mine] for v in vs]
         scored = Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
-        grpo = trainer.grpo.update(rollouts[mine], scored)
+        grpo = trainer.grpo_update(rollouts[mine], scored)
         if rank == 0:
             torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
     finally:
