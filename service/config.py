@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -72,7 +72,10 @@ class RunConfig(Frozen):
     max_failures: int = Field(
         0, ge=-1, description="Ray Train restarts of a failed worker group (-1: unlimited)"
     )
-    log_every: int = Field(1, ge=1, description="a human-readable progress line every N steps")
+    log_every: int = Field(1, ge=1, description="steps between progress lines in a job log (at least)")
+    log_interval_s: float = Field(
+        10.0, ge=0.0, description="seconds between progress lines in a job log (at least; 0: every step)"
+    )
     eval_samples: int = Field(3, ge=0, description="sample completions kept in each eval record")
     num_cpus: int | None = Field(
         None,
@@ -92,14 +95,35 @@ class RunConfig(Frozen):
         return value
 
 
+class WandbConfig(Frozen):
+    """Weights & Biases: where the run is logged (`pip install -e '.[wandb]'`)."""
+
+    project: str = Field(..., min_length=1, description="W&B project")
+    entity: str | None = Field(None, description="W&B team or user (default: yours)")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online", description="offline writes <run dir>/wandb/ only (`wandb sync` uploads it later)"
+    )
+
+
+class LoggingConfig(Frozen):
+    """Loggers fed every record of metrics.jsonl and eval.jsonl by the driver."""
+
+    tensorboard: bool = Field(
+        False,
+        description="TensorBoard event files in <run dir>/tensorboard/ (`pip install -e '.[tensorboard]'`)",
+    )
+    wandb: WandbConfig | None = Field(None, description="log to Weights & Biases: {project, entity, mode}")
+
+
 class ServiceConfig(TrainerConfig):
-    """Everything one run needs: the trainer's sections plus task, reward, pool, scaling and run."""
+    """Everything one run needs: the trainer's sections plus task, reward, pool, scaling, run and logging."""
 
     task: TaskConfig = TaskConfig()
     reward: RewardConfig = RewardConfig()
     pool: PoolConfig = PoolConfig()
     scaling: ScalingConfig = ScalingConfig()
     run: RunConfig = RunConfig()
+    logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
     def _check_shares(self) -> ServiceConfig:
@@ -295,6 +319,8 @@ def describe_error(error: Mapping[str, Any]) -> str:
         return f"{key}: {message}" if loc else message
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return f"{key}: {error['input']!r} is not allowed; expected a section (a mapping of keys)"
+    if kind == "missing":
+        return f"{key}: missing; this section needs it"
     if kind == "literal_error":
         allowed = str(ctx.get("expected", "")).replace(" or ", ", ")
         return f"{key}: {error['input']!r} is not allowed; expected one of {allowed}"

@@ -12,6 +12,7 @@ a stop request: the workers finish the current step, checkpoint and return.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -25,8 +26,11 @@ from actors.pool.reward_pool import RewardPool
 from actors.run.control import start_run_control
 from actors.run.loop import LoopSpec, train_loop_per_worker
 from service.config import ServiceConfig, trainer_config
+from service.console import Console, Verbosity, make_console
+from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
+from service.loggers import open_loggers
 from service.recorder import RunRecorder
-from service.report import write_report
+from service.report import write_html_report, write_report
 from service.run_files import CHECKPOINT_DIR
 from service.tasks import Task
 from trainer.data.pairs import Pair
@@ -50,32 +54,44 @@ def cpus_needed(cfg: ServiceConfig) -> float:
     )
 
 
-def init_ray(cfg: ServiceConfig) -> bool:
+def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     """Join the cluster in RAY_ADDRESS (set under `ray job submit`) or start a local one; True if started here.
 
     Never `ray.init()` without an address: that would join any cluster running on this machine.
+    Unless `--verbose`, Ray's INFO lines are off and its chatter filtered (`service.console.ray_logs`).
     """
+    verbose = getattr(console, "verbosity", None) is Verbosity.VERBOSE
+    level = logging.INFO if verbose else logging.WARNING
+    if not verbose:
+        quiet_driver_loggers()
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True)
-        _warn_if_short(cfg)
-        return False
-    # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
-    num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard, log_to_driver=True)
-    return True
+        ray.init(address=address, log_to_driver=True, logging_level=level)
+        started = False
+    else:
+        # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
+        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+        num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
+        ray.init(
+            address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
+            log_to_driver=True, logging_level=level,
+        )  # fmt: skip
+        started = True
+    if not verbose:
+        filter_worker_lines(console.external_output)
+    if not started:
+        _warn_if_short(cfg, console)
+    return started
 
 
-def _warn_if_short(cfg: ServiceConfig) -> None:
+def _warn_if_short(cfg: ServiceConfig, console: Console) -> None:
     """A cluster that lacks the run's resources now may still get them from an autoscaler: warn only."""
     have = ray.cluster_resources()
     gpus = cfg.scaling.num_workers * cfg.scaling.gpus_per_worker if cfg.scaling.use_gpu else 0.0
     if have.get("CPU", 0.0) < cpus_needed(cfg) or have.get("GPU", 0.0) < gpus:
-        print(
-            f"[train] warning: the run asks for {cpus_needed(cfg):g} CPUs and {gpus:g} GPUs; the cluster has "
-            f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs now (waiting for more)",
-            flush=True,
+        console.warning(
+            f"the run asks for {cpus_needed(cfg):g} CPUs and {gpus:g} GPUs; the cluster has "
+            f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs now (waiting for more)"
         )
 
 
@@ -141,13 +157,30 @@ class StopSignals:
 class RunDriver:
     """Runs one resolved config to a summary; `run()` returns the process exit code."""
 
-    def __init__(self, cfg: ServiceConfig, task: Task, eval_set: list[Pair], train_pairs: list[Pair] | None):
+    def __init__(
+        self,
+        cfg: ServiceConfig,
+        task: Task,
+        eval_set: list[Pair],
+        train_pairs: list[Pair] | None,
+        console: Console | None = None,
+    ):
         self.cfg = cfg
         self.task = task
         self.eval_set = eval_set
         self.train_pairs = train_pairs
+        self.console = console or make_console(
+            every_steps=cfg.run.log_every, interval_s=cfg.run.log_interval_s
+        )
+        self.loggers = open_loggers(
+            cfg.logging, cfg.run.run_dir, str(cfg.run.name), cfg.model_dump(mode="json"), self.console.warning
+        )
         self.recorder = RunRecorder(
-            cfg.run.run_dir, str(cfg.run.name), Schedule.of(trainer_config(cfg)), cfg.run.log_every
+            cfg.run.run_dir,
+            str(cfg.run.name),
+            Schedule.of(trainer_config(cfg)),
+            self.console,
+            sinks=[self.loggers],
         )
         self.signals = StopSignals()
         self._error: BaseException | None = None
@@ -157,7 +190,7 @@ class RunDriver:
         started_ray, pool, control = False, None, None
         status, error = "failed", None
         try:
-            started_ray = init_ray(self.cfg)
+            started_ray = init_ray(self.cfg, self.console)
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
@@ -172,12 +205,11 @@ class RunDriver:
             if control is not None:
                 self._drain(control)
             summary = self.recorder.finish(
-                status, error or (self.recorder.error if status == "failed" else None)
+                status, error or (self.recorder.error if status == "failed" else None), self._reports
             )
-            self._report()
+            self.loggers.finish(summary)
+            self.console.close()
             _shutdown(pool, control, started_ray)
-        if status == "failed":
-            print(f"[train] run failed: {summary['error']}", flush=True)
         return 0 if status in ("succeeded", "stopped") else 1
 
     def _train(self, control: Any) -> tuple[str, str | None]:
@@ -221,7 +253,7 @@ class RunDriver:
         try:
             events = ray.get(control.drain.remote(), timeout=30)
         except Exception as exc:  # the control actor is gone: nothing more will arrive
-            self.recorder.print(f"[train] cannot read the run's records: {type(exc).__name__}: {exc}")
+            self.recorder.warn(f"cannot read the run's records: {type(exc).__name__}: {exc}")
             return
         for kind, record in events:
             self.recorder.handle(kind, record)
@@ -229,12 +261,15 @@ class RunDriver:
             self._written += len(events)
             control.mark_written.remote(self._written)  # a checkpoint waits for this
 
-    def _report(self) -> None:
-        try:
-            path = write_report(self.recorder.run_dir, title=f"{self.cfg.run.name}")
-            self.recorder.print(f"[train] report: {path}")
-        except Exception as exc:  # a missing plot must not hide the run's outcome
-            self.recorder.print(f"[train] report.png not written: {type(exc).__name__}: {exc}")
+    def _reports(self) -> list[str]:
+        """Draw the run's reports; the names of those written (a missing one is a warning)."""
+        written = []
+        for draw in (write_report, write_html_report):
+            try:
+                written.append(draw(self.recorder.run_dir, title=f"{self.cfg.run.name}").name)
+            except Exception as exc:  # a missing report must not hide the run's outcome
+                self.console.warning(f"{draw.__name__} failed: {type(exc).__name__}: {exc}")
+        return written
 
 
 def _shutdown(pool: RewardPool | None, control: Any, started_ray: bool) -> None:

@@ -1,23 +1,26 @@
-"""The driver's side of the records: events from rank 0 become files, job-log lines and the summary.
+"""The driver's side of the records: events from rank 0 become files, console lines, logger points
+and the summary.
 
 Free of Ray so it is tested directly. Each event (see `actors.run.control`) is handled in the
 order rank 0 published it: a `start` truncates the logs past the checkpoint being resumed from
-(so no row is ever duplicated), a `step` appends to metrics.jsonl and prints the progress line,
-an `eval` appends to eval.jsonl, an `error` keeps the reason for the summary.
+(so no row is ever duplicated), a `step` appends to metrics.jsonl, goes to the loggers
+(TensorBoard, W&B) and to the console, an `eval` likewise to eval.jsonl, an `error` keeps the
+reason for the summary. The driver alone does this, so a DDP run logs everything once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
-from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, format_record
-from service.run_files import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, json_safe, write_json_atomic
+from service.console import Console, PlainConsole
+from service.progress import eval_progress, pool_totals, step_progress
+from service.run_files import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, write_json_atomic
 from trainer.schedule import Schedule
 
 # Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
@@ -25,15 +28,12 @@ EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean"
 ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+class RecordSink(Protocol):
+    """Something else fed every record (the loggers of `service.loggers`)."""
 
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+    def start(self, from_step: int | None) -> None: ...
+    def step(self, record: Mapping[str, Any]) -> None: ...
+    def evaluation(self, record: Mapping[str, Any]) -> None: ...
 
 
 def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -41,22 +41,26 @@ def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class RunRecorder:
-    """Writes metrics.jsonl / eval.jsonl / summary.json and prints the run's log lines."""
+    """Writes metrics.jsonl / eval.jsonl / summary.json, feeds the sinks and the console."""
 
     def __init__(
         self,
         run_dir: str | Path,
         run_id: str,
         schedule: Schedule,
-        log_every: int = 1,
+        console: Console | None = None,
+        *,
         out: TextIO | None = None,
+        sinks: Sequence[RecordSink] = (),
+        pool_health: Callable[[], dict[str, Any]] | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.schedule = schedule
         self.total_steps = schedule.total
-        self.log_every = log_every
-        self.out = out if out is not None else sys.stdout
+        self.console: Console = console if console is not None else PlainConsole(out)
+        self.sinks = list(sinks)
+        self.pool_health = pool_health
         self.metrics = JsonlLog(self.run_dir / METRICS_FILE)
         self.evals = JsonlLog(self.run_dir / EVAL_FILE)
         self.started = time.time()
@@ -64,13 +68,18 @@ class RunRecorder:
         self.resumed_from: int | None = None
         self.last_checkpoint: str | None = None
         self.error: str | None = None
+        self._pool_totals: dict[str, Any] = {}
         self._durations: dict[str, deque[float]] = {
             "sft": deque(maxlen=ETA_WINDOW),
             "grpo": deque(maxlen=ETA_WINDOW),
         }
 
     def print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        """A line about the run as a whole (a stop request, a start)."""
+        self.console.header(line)
+
+    def warn(self, text: str) -> None:
+        self.console.warning(text)
 
     # ------------------------------------------------------------------ events
     def handle(self, kind: str, record: dict[str, Any]) -> None:
@@ -82,7 +91,7 @@ class RunRecorder:
         }
         if kind == ERROR:
             self.error = str(record.get("reason"))
-            self.print(f"[train] error at step {record.get('step')}: {self.error}")
+            self.warn(f"error at step {record.get('step')}: {self.error}")
         elif kind in handler:
             handler[kind](record)
 
@@ -90,6 +99,9 @@ class RunRecorder:
         from_step = record.get("from_step")
         dropped = self.metrics.truncate_after(from_step) + self.evals.truncate_after(from_step)
         self.last_step = from_step or 0
+        self._pool_totals = pool_totals(self.metrics.rows())
+        for sink in self.sinks:
+            sink.start(from_step)
         if from_step:
             self.resumed_from = from_step
             self.print(
@@ -102,55 +114,30 @@ class RunRecorder:
 
     def _on_step(self, record: dict[str, Any]) -> None:
         self.metrics.append(record)
+        for sink in self.sinks:
+            sink.step(record)
         step, phase = int(record["step"]), str(record["phase"])
         self.last_step = step
         duration = record.get("step_time_s")
         if isinstance(duration, int | float):
             self._durations[phase].append(float(duration))
-        progress = {
-            "run_id": self.run_id,
-            "step": step,
-            "total_steps": self.total_steps,
-            "phase": phase,
-            "loss": record.get("loss"),
-            "step_time_s": duration,
-            "eta_s": self.eta_s(step),
-        }
-        if phase == "grpo":
-            progress["reward_mean"] = record.get("reward_mean")
-            progress["kl"] = record.get("kl")
-        self.print(format_record(PROGRESS_PREFIX, json_safe(progress)))
-        if step % self.log_every == 0 or step == self.total_steps:
-            reward = f" reward {_fmt(record.get('reward_mean'))}" if phase == "grpo" else ""
-            self.print(
-                f"[train] step {step}/{self.total_steps} {phase} loss {_fmt(record.get('loss'))}{reward} "
-                f"{_fmt(duration, 2)}s/step eta {_duration(progress['eta_s'])}"
-            )
+        self._pool_totals = pool_totals([record], self._pool_totals)
+        pool = dict(self._pool_totals)
+        if self.pool_health is not None:
+            pool.update(self.pool_health())
+        progress = step_progress(self.run_id, self.total_steps, record, self.eta_s(step), pool)
+        self.console.step(progress)
 
     def _on_eval(self, record: dict[str, Any]) -> None:
         self.evals.append(record)
-        progress = {
-            "run_id": self.run_id,
-            "step": record["step"],
-            "total_steps": self.total_steps,
-            "phase": "eval",
-        }
-        progress.update({k: record.get(k) for k in ("exact_match", "valid_rate", "reward_mean")})
-        progress["eta_s"] = self.eta_s(int(record["step"]))
-        self.print(format_record(PROGRESS_PREFIX, json_safe(progress)))
-        self.print(
-            f"[eval] step {record['step']} ({record.get('kind')}, {record.get('phase')} policy): "
-            f"reward {_fmt(record.get('reward_mean'))} exact {_fmt(record.get('exact_match'), 3)} "
-            f"valid {_fmt(record.get('valid_rate'), 3)} on {record.get('count')} held-out positions"
-        )
-        for sample in record.get("samples") or []:
-            self.print(
-                f"[eval]   {sample.get('prompt')!r} -> {sample.get('completion')!r} (reward {_fmt(sample.get('reward'), 3)})"
-            )
+        for sink in self.sinks:
+            sink.evaluation(record)
+        progress = eval_progress(self.run_id, self.total_steps, record, self.eta_s(int(record["step"])))
+        self.console.evaluation(progress, record)
 
     def _on_checkpoint(self, record: dict[str, Any]) -> None:
         self.last_checkpoint = str(record.get("name"))
-        self.print(f"[train] checkpoint {self.last_checkpoint} saved")
+        self.console.detail(f"[train] checkpoint {self.last_checkpoint} saved")
 
     def eta_s(self, step: int) -> float | None:
         """Seconds left: remaining steps of each phase times that phase's recent mean step time."""
@@ -194,12 +181,16 @@ class RunRecorder:
             }
         return summary
 
-    def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
-        """Write summary.json and print the summary line; returns the summary."""
+    def finish(
+        self, status: str, error: str | None = None, reports: Callable[[], list[str]] | None = None
+    ) -> dict[str, Any]:
+        """Write summary.json, then the reports (`reports()` draws them and returns their file
+        names), then tell the console; returns the summary."""
         summary = self.summary(status, error)
         if final_samples := (self.evals.rows() or [{}])[-1].get("samples"):
             write_json_atomic(self.run_dir / SUMMARY_FILE, {**summary, "final_samples": final_samples})
         else:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
-        self.print(format_record(SUMMARY_PREFIX, json_safe(summary)))
+        drawn = reports() if reports is not None else []
+        self.console.summary(summary, drawn)
         return summary

@@ -4,6 +4,12 @@
     python -m service.train --preset smoke --run-dir /tmp/smoke
     python -m service.train --config my.yaml --set grpo.steps=80 --set sampling.temperature=0.8
     python -m service.train --run-dir runs/<run id> --resume  # continue from its latest checkpoint
+    python -m service.train --quiet | --verbose               # less or more on the console
+
+On a terminal the console is a live progress bar with the evaluations above it; in a job log
+(stdout not a terminal) it is a plain line every `run.log_interval_s` seconds, each with the
+machine-readable record the client reads. Either way Ray's own chatter is filtered out unless
+`--verbose` asks for it.
 
 Exit status: 0 succeeded or stopped, 1 failed (summary.json says why), 2 bad config or
 command line (one line on stderr, no traceback).
@@ -16,6 +22,8 @@ import sys
 from collections.abc import Sequence
 
 from service.config import ConfigError, ServiceConfig, config_to_yaml
+from service.console import Verbosity, make_console
+from service.loggers import missing_extras
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import fresh_config, prepare_run_dir, resumed_config
 from service.tasks import Task, build_task
@@ -45,7 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run in --run-dir (or run.name) from its latest checkpoint",
     )
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", "-q", action="store_true", help="only warnings and the summary")
+    talk.add_argument(
+        "--verbose", "-v", action="store_true",
+        help="every step, evaluation samples, checkpoints, the resolved config and Ray's own logs",
+    )  # fmt: skip
     return parser
+
+
+def verbosity_of(args: argparse.Namespace) -> Verbosity:
+    if args.quiet:
+        return Verbosity.QUIET
+    return Verbosity.VERBOSE if args.verbose else Verbosity.NORMAL
 
 
 def resolve(args: argparse.Namespace) -> ServiceConfig:
@@ -72,18 +92,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
         print(f"cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
+    console = make_console(
+        verbosity_of(args), every_steps=cfg.run.log_every, interval_s=cfg.run.log_interval_s
+    )
     task = build_task(cfg)
     try:
-        # Data problems (a ply range with too few held-out positions, an unreadable file) are config
-        # problems too: find them before anything starts.
+        # Data problems (a ply range with too few held-out positions, an unreadable file) and a
+        # logger without its package are config problems too: find them before anything starts.
+        if problems := missing_extras(cfg.logging):
+            raise ConfigError(problems[0])
         eval_set = held_out_eval_pairs(task, cfg)
-        train_pairs = task.training_pairs(lambda line: print(line, flush=True))
+        train_pairs = task.training_pairs(console.header)
         run_dir = prepare_run_dir(cfg)
     except (ConfigError, ValueError) as exc:
         return _bad_config(exc)
-    print(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}", flush=True)
-    print("[train] resolved config:\n" + config_to_yaml(cfg), flush=True)
-    return RunDriver(cfg, task, eval_set, train_pairs).run()
+    console.header(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}")
+    console.detail("[train] resolved config:\n" + config_to_yaml(cfg).rstrip())
+    return RunDriver(cfg, task, eval_set, train_pairs, console).run()
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:

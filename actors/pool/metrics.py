@@ -1,7 +1,8 @@
 """The reward pool's metrics, exported with `ray.util.metrics` (Prometheus, the dashboard's metrics).
 
 Every series carries a `run_id` tag; per-worker series also carry `worker` (the actor name).
-Prometheus sees them with Ray's `ray_` prefix, e.g. `ray_reward_pool_items_total`.
+Prometheus sees them with Ray's `ray_` prefix, e.g. `ray_reward_pool_items_total`; the names and
+descriptions live in the one catalogue, `actors.metric_names.POOL_SERIES`.
 The same numbers reach the trainer's metrics.jsonl through `Rewards.stats`.
 """
 
@@ -11,33 +12,36 @@ from collections import deque
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from actors.metric_names import POOL_SERIES
+
 # Seconds blocked in collect: from "scoring kept up" (ms) to "the step waited on rewards" (s).
 WAIT_BOUNDARIES_S = [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0]
+
+
+def _metric(series: str) -> Counter | Gauge | Histogram:
+    """The Ray metric of one catalogue entry (`actors.metric_names.POOL_SERIES`)."""
+    spec = POOL_SERIES[series]
+    tags = ("run_id", "worker") if spec.per_worker else ("run_id",)
+    if spec.kind == "counter":
+        return Counter(series, spec.description, tag_keys=tags)
+    if spec.kind == "gauge":
+        return Gauge(series, spec.description, tag_keys=tags)
+    return Histogram(series, spec.description, WAIT_BOUNDARIES_S, tag_keys=tags)
 
 
 class PoolMetrics:
     """Counters, gauges and a histogram for one pool; created with the pool, never at import."""
 
     def __init__(self, run_id: str):
-        per_worker = ("run_id", "worker")
-        per_run = ("run_id",)
         self._run = {"run_id": run_id}
-        self._items = Counter("reward_pool_items", "items scored", tag_keys=per_worker)
-        self._errors = Counter("reward_pool_errors", "items with status error", tag_keys=per_worker)
-        self._timeouts = Counter(
-            "reward_pool_timeouts", "calls that passed their deadline", tag_keys=per_worker
-        )
-        self._restarts = Counter(
-            "reward_pool_worker_restarts", "worker processes restarted", tag_keys=per_worker
-        )
-        self._retries = Counter(
-            "reward_pool_retries", "chunks dispatched again after a fault", tag_keys=per_run
-        )
-        self._queue = Gauge("reward_pool_queue_depth", "items queued or in flight", tag_keys=per_run)
-        self._rate = Gauge("reward_pool_items_per_s", "items scored per second (last 10 s)", tag_keys=per_run)
-        self._wait = Histogram(
-            "reward_pool_wait_s", "time the caller blocked in collect", WAIT_BOUNDARIES_S, tag_keys=per_run
-        )
+        self._items = _metric("reward_pool_items")
+        self._errors = _metric("reward_pool_errors")
+        self._timeouts = _metric("reward_pool_timeouts")
+        self._restarts = _metric("reward_pool_worker_restarts")
+        self._retries = _metric("reward_pool_retries")
+        self._queue = _metric("reward_pool_queue_depth")
+        self._rate = _metric("reward_pool_items_per_s")
+        self._wait = _metric("reward_pool_wait_s")
 
     def _tags(self, worker: str) -> dict[str, str]:
         return {**self._run, "worker": worker}

@@ -120,7 +120,15 @@ class WorkerLoop:
             metrics = self.trainer.sft_step(pairs)
         else:
             metrics = self.trainer.grpo_step(pairs, self.pool())
+            metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
+
+    def _pool_health(self) -> dict[str, float]:
+        """Reward workers this rank's pool front-end counts, and how many of them take work now."""
+        if self.rank != 0:
+            return {}
+        states = [w["state"] for w in self.pool().stats()["workers"].values()]
+        return {"pool_workers": float(len(states)), "pool_workers_alive": float(states.count("healthy"))}
 
     # ------------------------------------------------------------------ pieces
     def pool(self) -> RewardPool:

@@ -1,8 +1,8 @@
 """The run's own metrics, exported with `ray.util.metrics` (Prometheus and the dashboard's metrics view).
 
 Every series carries the tags `run_id` and `phase` (`sft` | `grpo`). Prometheus sees the names
-with Ray's `ray_` prefix, e.g. `ray_grpo_reward_mean`. `METRIC_NAMES` lists every name in one
-place, for dashboards and for tests that read a node's export.
+with Ray's `ray_` prefix, e.g. `ray_grpo_reward_mean`. The names come from the one catalogue,
+`actors.metric_names` (`METRIC_NAMES` lists the run's series).
 """
 
 from __future__ import annotations
@@ -13,34 +13,20 @@ from typing import Any
 
 from ray.util.metrics import Counter, Gauge
 
-TAG_KEYS = ("run_id", "phase")
-
-# Per-step gauges: key of the step record -> (metric name, description).
-STEP_GAUGES: dict[str, tuple[str, str]] = {
-    "step": ("grpo_step", "global step just finished (SFT and GRPO share one counter)"),
-    "loss": ("grpo_loss", "training loss of the step"),
-    "reward_mean": ("grpo_reward_mean", "mean reward of the step's sampled completions"),
-    "kl": ("grpo_kl", "KL(policy || reference), k3 estimate, token mean"),
-    "entropy": ("grpo_entropy", "policy entropy of sampled tokens"),
-    "step_time_s": ("grpo_step_time_s", "wall time of the step"),
-    "completions_per_s": ("grpo_completions_per_s", "completions sampled and scored per second (per rank)"),
-    "reward_wait_s": ("grpo_reward_wait_s", "time the step blocked waiting for rewards"),
-}
-# Held-out evaluation gauges: key of the eval record -> (metric name, description).
-EVAL_GAUGES: dict[str, tuple[str, str]] = {
-    "reward_mean": ("grpo_eval_reward_mean", "held-out mean reward of greedy completions"),
-    "exact_match": ("grpo_eval_exact_match", "held-out share of completions equal to the target FEN"),
-    "valid_rate": ("grpo_eval_valid_rate", "held-out share of completions that are valid FENs"),
-}
-STEPS_COUNTER = ("grpo_steps", "optimiser steps finished")
-SKIPPED_COUNTER = ("grpo_skipped_steps", "steps whose update was skipped (non-finite loss or gradients)")
-
-METRIC_NAMES: tuple[str, ...] = (
-    *(name for name, _ in STEP_GAUGES.values()),
-    *(name for name, _ in EVAL_GAUGES.values()),
-    STEPS_COUNTER[0],
-    SKIPPED_COUNTER[0],
+from actors.metric_names import (
+    EVAL_METRICS,
+    METRIC_NAMES,
+    RUN_TAG_KEYS,
+    SKIPPED_COUNTER,
+    STEP_METRICS,
+    STEPS_COUNTER,
 )
+
+TAG_KEYS = RUN_TAG_KEYS
+
+# Record key -> (series, description), for the values the catalogue exports.
+STEP_GAUGES: dict[str, tuple[str, str]] = {m.key: (m.series, m.description) for m in STEP_METRICS if m.series}
+EVAL_GAUGES: dict[str, tuple[str, str]] = {m.key: (m.series, m.description) for m in EVAL_METRICS if m.series}
 
 
 def _finite(value: Any) -> float | None:
@@ -79,3 +65,14 @@ class RunMetrics:
             value = _finite(record.get(key))
             if value is not None:
                 gauge.set(value, tags=tags)
+
+
+__all__ = [
+    "EVAL_GAUGES",
+    "METRIC_NAMES",
+    "SKIPPED_COUNTER",
+    "STEPS_COUNTER",
+    "STEP_GAUGES",
+    "TAG_KEYS",
+    "RunMetrics",
+]

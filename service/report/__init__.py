@@ -1,8 +1,9 @@
-"""A run's report, drawn from its records alone (so any run directory, finished or not, can be redrawn).
+"""A run's reports, drawn from its records alone (so any run directory, finished or not, can be redrawn).
 
-python -m service.report runs/<run_id>
+python -m service.report runs/<run_id>      # report.png and report.html
 """
 
+from service.report.html import write_html_report
 from service.report.plot import write_report
 
-__all__ = ["write_report"]
+__all__ = ["write_html_report", "write_report"]

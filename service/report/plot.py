@@ -1,4 +1,4 @@
-"""report.png: reward, loss, KL and held-out evaluation over the run's global steps.
+"""report.png: reward, loss, KL, held-out evaluation and the GRPO step-time split over the global steps.
 
 Drawn with matplotlib's Agg backend (no display needed) from metrics.jsonl and eval.jsonl only,
 so it can be redrawn for any run directory, finished or not.
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from service.report.timing import draw_step_share, draw_step_time
 from service.run_files import EVAL_FILE, METRICS_FILE, REPORT_FILE, read_jsonl
 
 
@@ -103,11 +104,13 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
 
     run_dir = Path(run_dir)
     metrics, evals = read_jsonl(run_dir / METRICS_FILE), read_jsonl(run_dir / EVAL_FILE)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 11))
     _draw_reward(axes[0][0], metrics, evals)
     _draw_loss(axes[0][1], metrics)
     _draw_kl(axes[1][0], metrics)
     _draw_eval(axes[1][1], evals)
+    draw_step_time(axes[2][0], metrics)
+    draw_step_share(axes[2][1], metrics)
     for ax in axes.flat:
         ax.set_xlabel("global step (SFT, then GRPO)")
         ax.grid(alpha=0.3)

@@ -1,0 +1,156 @@
+"""Every metric of a run, named once: the record keys, their logger names and their Prometheus series.
+
+One list feeds the files, the loggers, the exporter and the dashboard:
+
+    metrics.jsonl / eval.jsonl   the record keys (`reward_mean`, `sample_s`, ...), flat, as written
+    TensorBoard / W&B            `<group>/<name>`: `train/reward_mean`, `time/sample_s`, `pool/timeouts`,
+                                 `eval/exact_match` (groups: train, time, pool, eval)
+    Prometheus (Ray's export)    `ray_` + the series below, e.g. `ray_grpo_reward_mean`
+    deploy/grafana               panels generated from these series (`python -m service.dashboard`)
+
+Pure data: no Ray, so the driver's loggers and the report can read it without starting anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GROUPS = ("train", "time", "pool", "eval")
+Group = Literal["train", "time", "pool", "eval"]
+PROMETHEUS_PREFIX = "ray_"  # Ray puts it in front of every application metric
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a step or evaluation record."""
+
+    key: str  # the record's key in metrics.jsonl / eval.jsonl
+    group: Group
+    description: str
+    short: str | None = None  # the logger name after the group (default: the key)
+    series: str | None = None  # a Ray gauge of this value (tags run_id, phase); None: not exported
+
+    @property
+    def name(self) -> str:
+        """The logger name: `<group>/<short>`."""
+        return f"{self.group}/{self.short or self.key}"
+
+
+def _m(key: str, group: Group, description: str, short: str | None = None, export: bool = False) -> Metric:
+    series = None
+    if export:
+        series = f"grpo_eval_{key}" if group == "eval" else f"grpo_{key}"
+    return Metric(key, group, description, short, series)
+
+
+# Keys of a step record (metrics.jsonl), SFT and GRPO alike; a phase leaves out what it lacks.
+STEP_METRICS: tuple[Metric, ...] = (
+    _m("step", "train", "global step just finished (SFT and GRPO share one counter)", export=True),
+    _m("loss", "train", "training loss of the step", export=True),
+    _m("reward_mean", "train", "mean reward of the step's sampled completions", export=True),
+    _m("kl", "train", "KL(policy || reference), k3 estimate, token mean", export=True),
+    _m("entropy", "train", "policy entropy of sampled tokens", export=True),
+    _m("clip_frac", "train", "share of tokens whose ratio was clipped"),
+    _m("grad_norm", "train", "gradient norm before clipping"),
+    _m("lr", "train", "learning rate of the step"),
+    _m("skipped", "train", "1 when the update was skipped (non-finite loss or gradients)"),
+    _m("consecutive_skips", "train", "updates skipped in a row"),
+    _m("empty_update", "train", "1 when every group was dropped (no optimiser step)"),
+    _m("sampler_logprob_gap", "train", "mean |sampler - trainer| log-prob of sampled tokens"),
+    _m("tokens", "train", "tokens trained on"),
+    _m("sequences", "train", "SFT pairs in the step"),
+    _m("completions", "train", "completions sampled in the step"),
+    _m("zero_var_frac", "train", "share of groups whose rewards were all equal"),
+    _m("dropped_groups", "train", "groups left out of the update"),
+    _m("unusable_groups", "train", "groups with a reward that could not be used"),
+    _m("reward_ok_frac", "train", "share of completions scored with status ok"),
+    _m("step_time_s", "time", "wall time of the step", export=True),
+    _m("sample_s", "time", "sampling the step's completions", export=True),
+    _m("reward_wait_s", "time", "time the step blocked waiting for rewards", export=True),
+    _m("ref_s", "time", "reference model log-probs", export=True),
+    _m("update_s", "time", "the policy update", export=True),
+    _m("completions_per_s", "time", "completions sampled and scored per second (per rank)", export=True),
+    _m("scorer_reward_items", "pool", "items the reward pool scored for the step", "items"),
+    _m("scorer_reward_errors", "pool", "items with status error", "errors"),
+    _m("scorer_reward_timeouts", "pool", "items whose call passed its deadline", "timeouts"),
+    _m("scorer_reward_retries", "pool", "chunks dispatched again after a fault", "retries"),
+    _m("scorer_reward_deadline_kills", "pool", "workers killed for passing a deadline", "deadline_kills"),
+    _m("scorer_worker_restarts", "pool", "reward worker restarts seen during the step", "worker_restarts"),
+    _m("scorer_reward_wait_s", "pool", "time blocked collecting the step's rewards", "wait_s"),
+    _m("scorer_reward_items_per_s", "pool", "items the pool scored per second", "items_per_s"),
+    _m("pool_workers", "pool", "reward workers of the pool", "workers"),
+    _m("pool_workers_alive", "pool", "reward workers taking work at the end of the step", "workers_alive"),
+)
+
+# Keys of an evaluation record (eval.jsonl): the held-out figures.
+EVAL_METRICS: tuple[Metric, ...] = (
+    _m("reward_mean", "eval", "held-out mean reward of greedy completions", export=True),
+    _m("exact_match", "eval", "held-out share of completions equal to the target", export=True),
+    _m("valid_rate", "eval", "held-out share of completions scored with status ok", export=True),
+    _m("count", "eval", "held-out pairs evaluated"),
+    _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
+)
+
+# Record keys that are not metrics: position, identity and payload.
+RECORD_FIELDS = frozenset({"step", "phase", "time", "kind", "samples"})
+
+# Counters of the run (Prometheus adds `_total`).
+STEPS_COUNTER = ("grpo_steps", "optimiser steps finished")
+SKIPPED_COUNTER = ("grpo_skipped_steps", "steps whose update was skipped (non-finite loss or gradients)")
+RUN_TAG_KEYS = ("run_id", "phase")
+
+
+@dataclass(frozen=True)
+class PoolSeries:
+    """One series the reward pool exports itself (`actors.pool.metrics`)."""
+
+    series: str
+    kind: Literal["counter", "gauge", "histogram"]
+    description: str
+    per_worker: bool = False  # tagged `worker` (the actor name) as well as `run_id`
+
+
+POOL_SERIES: dict[str, PoolSeries] = {
+    s.series: s
+    for s in (
+        PoolSeries("reward_pool_items", "counter", "items scored", per_worker=True),
+        PoolSeries("reward_pool_errors", "counter", "items with status error", per_worker=True),
+        PoolSeries("reward_pool_timeouts", "counter", "calls that passed their deadline", per_worker=True),
+        PoolSeries("reward_pool_worker_restarts", "counter", "worker processes restarted", per_worker=True),
+        PoolSeries("reward_pool_retries", "counter", "chunks dispatched again after a fault"),
+        PoolSeries("reward_pool_queue_depth", "gauge", "items queued or in flight"),
+        PoolSeries("reward_pool_items_per_s", "gauge", "items scored per second (last 10 s)"),
+        PoolSeries("reward_pool_wait_s", "histogram", "time the caller blocked in collect"),
+    )
+}
+
+METRIC_NAMES: tuple[str, ...] = (
+    *(m.series for m in (*STEP_METRICS, *EVAL_METRICS) if m.series),
+    STEPS_COUNTER[0],
+    SKIPPED_COUNTER[0],
+)
+
+
+def prometheus_name(series: str, kind: str = "gauge") -> str:
+    """The name Prometheus shows: Ray's prefix, and `_total` on counters."""
+    return PROMETHEUS_PREFIX + series + ("_total" if kind == "counter" else "")
+
+
+_BY_KEY = {
+    "step": {m.key: m for m in STEP_METRICS},
+    "eval": {m.key: m for m in EVAL_METRICS},
+}
+
+
+def metric_for(record_kind: Literal["step", "eval"], key: str) -> Metric | None:
+    """The catalogue entry of `key` in a step or eval record (None for a key it does not list)."""
+    return _BY_KEY[record_kind].get(key)
+
+
+def logger_name(record_kind: Literal["step", "eval"], key: str) -> str:
+    """`<group>/<name>` of a record key; a key the catalogue lacks keeps its record's group."""
+    metric = metric_for(record_kind, key)
+    if metric is not None:
+        return metric.name
+    return f"{'eval' if record_kind == 'eval' else 'train'}/{key}"

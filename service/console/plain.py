@@ -1,0 +1,107 @@
+"""Plain lines for a job log (stdout is not a terminal): periodic progress, evaluations, the summary.
+
+A job log is read two ways: by a person (`ray job logs`, the dashboard) and by the client, which
+knows a remote run only through it. So a progress line for the person and a `[grpo-progress]`
+record for the client are written together, at the same cadence: never more often than every
+`every_steps` steps and `interval_s` seconds, plus the first step, the first step of each phase
+and the last one. Evaluations and the summary always get both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TextIO
+
+from service.console import lines
+from service.console.base import Verbosity
+from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, format_record
+from service.run_files import json_safe
+
+
+class Cadence:
+    """Whether a step's progress line is due."""
+
+    def __init__(
+        self, every_steps: int = 1, interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ):
+        self.every_steps = every_steps
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last_step: int | None = None
+        self._last_phase: str | None = None
+        self._last_time = 0.0
+
+    def due(self, step: int, phase: str, total_steps: int) -> bool:
+        now = self._clock()
+        forced = self._last_step is None or phase != self._last_phase or step >= total_steps
+        regular = (
+            self._last_step is not None
+            and step - self._last_step >= self.every_steps
+            and now - self._last_time >= self.interval_s
+        )
+        self._last_phase = phase
+        if forced or regular:
+            self._last_step, self._last_time = step, now
+            return True
+        return False
+
+
+class PlainConsole:
+    """Line-by-line output; every line is flushed at once (a job log is read while it grows)."""
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        verbosity: Verbosity = Verbosity.NORMAL,
+        every_steps: int = 1,
+        interval_s: float = 0.0,
+    ):
+        self.out = out if out is not None else sys.stdout
+        self.verbosity = verbosity
+        verbose = verbosity is Verbosity.VERBOSE
+        self.cadence = Cadence(1 if verbose else every_steps, 0.0 if verbose else interval_s)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def header(self, line: str) -> None:
+        if self.verbosity is not Verbosity.QUIET:
+            self._print(line)
+
+    def detail(self, line: str) -> None:
+        if self.verbosity is Verbosity.VERBOSE:
+            self._print(line)
+
+    def warning(self, text: str) -> None:
+        self._print(lines.warning_line(text))
+
+    def step(self, progress: Mapping[str, Any]) -> None:
+        if not self.cadence.due(int(progress["step"]), str(progress["phase"]), int(progress["total_steps"])):
+            return
+        if self.verbosity is not Verbosity.QUIET:
+            self._print(lines.step_line(progress))
+        self._print(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+
+    def evaluation(self, progress: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+        if self.verbosity is not Verbosity.QUIET:
+            self._print(lines.eval_line(record))
+        if self.verbosity is Verbosity.VERBOSE:
+            for line in lines.sample_lines(record):
+                self._print(line)
+        self._print(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+
+    def summary(self, summary: Mapping[str, Any], reports: list[str]) -> None:
+        for line in lines.summary_lines(summary, reports):
+            self._print(line)
+        self._print(format_record(SUMMARY_PREFIX, json_safe(dict(summary))))
+
+    @contextlib.contextmanager
+    def external_output(self) -> Iterator[None]:
+        """Around output written by others (Ray's forwarded worker lines): nothing to protect here."""
+        yield
+
+    def close(self) -> None:
+        self.out.flush()

@@ -1,0 +1,199 @@
+"""report.html: one self-contained page per run, drawn from its records alone.
+
+    outcome      status, steps, wall time, held-out reward at the GRPO start and at the end
+    evaluations  every held-out evaluation (step, kind, policy, reward, exact match, valid rate)
+    curves       report.png, embedded (drawn first if missing)
+    by length    the held-out figures by game length (plies) of the first and the last evaluation
+    samples      each evaluation's sample completions: prompt, completion, target, reward, status,
+                 and for chess the target and completion boards (python-chess SVG), differences marked
+    config       the resolved config.yaml
+
+No scripts, no files beside it, nothing fetched: it opens anywhere. Cells carry `data-field`
+attributes so tests can read back what the page shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from service.report.boards import board_svg, figures_by_length
+from service.report.plot import write_report
+from service.run_files import CONFIG_FILE, EVAL_FILE, METRICS_FILE, REPORT_FILE, SUMMARY_FILE, read_jsonl
+
+HTML_FILE = "report.html"
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;
+vertical-align:top;font-size:13px}th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font-family:ui-monospace,monospace;font-size:12px}td code{word-break:break-all}
+.status-succeeded{color:#2a7}.status-failed{color:#c22}.status-stopped{color:#c80}
+.boards{display:flex;gap:6px}.boards figure{margin:0}.boards figcaption{font-size:11px;color:#666}
+img.curves{max-width:100%;border:1px solid #eee}
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def pct(value: Any) -> str:
+    return "-" if isinstance(value, bool) or not isinstance(value, int | float) else f"{100 * value:.1f}%"
+
+
+def _cell(field: str, text: str, numeric: bool = False) -> str:
+    return f'<td data-field="{field}"{" class=num" if numeric else ""}>{text}</td>'
+
+
+def _table(headers: Sequence[str], rows: Iterable[str], name: str) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f'<table data-table="{name}"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def outcome_section(summary: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> str:
+    status = summary.get("status", "unknown (no summary.json: the run is going on or was killed)")
+    steps = summary.get("steps", metrics[-1]["step"] if metrics else 0)
+    start, final = summary.get("grpo_start_eval") or {}, summary.get("final_eval") or {}
+    rows = [
+        ("status", f'<span class="status-{esc(status)}">{esc(status)}</span>'),
+        ("steps", f"{esc(steps)} of {esc(summary.get('total_steps', '?'))}"),
+        ("wall time", f"{fmt(summary.get('wall_time_s'), 0)} s"),
+        ("held-out reward", f"{fmt(start.get('reward_mean'))} at the GRPO start, {fmt(final.get('reward_mean'))} at the end"),
+        ("held-out exact match", f"{pct(start.get('exact_match'))} -> {pct(final.get('exact_match'))}"),
+        ("held-out valid rate", f"{pct(start.get('valid_rate'))} -> {pct(final.get('valid_rate'))}"),
+    ]  # fmt: skip
+    if summary.get("error"):
+        rows.append(("error", f"<code>{esc(summary['error'])}</code>"))
+    body = "".join(f'<tr><th>{esc(k)}</th><td data-field="{esc(k)}">{v}</td></tr>' for k, v in rows)
+    return f'<h2>Outcome</h2><table data-table="outcome">{body}</table>'
+
+
+def evaluations_section(evals: Sequence[Mapping[str, Any]]) -> str:
+    rows = (
+        f'<tr data-step="{esc(e.get("step"))}">{_cell("step", esc(e.get("step")), True)}'
+        f"{_cell('kind', esc(e.get('kind')))}{_cell('phase', esc(e.get('phase')))}"
+        f"{_cell('reward_mean', fmt(e.get('reward_mean')), True)}{_cell('exact_match', pct(e.get('exact_match')), True)}"
+        f"{_cell('valid_rate', pct(e.get('valid_rate')), True)}{_cell('count', esc(e.get('count')), True)}</tr>"
+        for e in evals
+    )
+    headers = ("step", "kind", "policy", "reward", "exact match", "valid", "positions")
+    return "<h2>Held-out evaluations</h2>" + _table(headers, rows, "evaluations")
+
+
+def curves_section(run_dir: Path) -> str:
+    png = run_dir / REPORT_FILE
+    if not png.exists():
+        write_report(run_dir)
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    return f'<h2>Curves</h2><img class="curves" alt="training curves" src="data:image/png;base64,{data}">'
+
+
+def by_length_section(evals: Sequence[Mapping[str, Any]]) -> str:
+    if not evals:
+        return "<h2>Held-out figures by game length</h2><p>No evaluation yet.</p>"
+    chosen = [evals[0]] if len(evals) == 1 else [evals[0], evals[-1]]
+    parts = ["<h2>Held-out figures by game length</h2>"]
+    for record in chosen:
+        rows, source = figures_by_length(record)
+        body = (
+            f'<tr data-length="{esc(r.length)}">{_cell("length", esc(r.length), True)}'
+            f"{_cell('count', esc(r.count), True)}{_cell('reward_mean', fmt(r.reward_mean), True)}"
+            f"{_cell('exact_match', pct(r.exact_match), True)}{_cell('valid_rate', pct(r.valid_rate), True)}</tr>"
+            for r in rows
+        )
+        parts.append(
+            f"<h3>step {esc(record.get('step'))} ({esc(record.get('kind'))}, {esc(record.get('phase'))} policy), "
+            f"from {esc(source)}</h3>"
+        )
+        parts.append(_table(("plies", "positions", "reward", "exact match", "valid"), body, "by-length"))
+    return "".join(parts)
+
+
+def _boards(sample: Mapping[str, Any]) -> str:
+    target = board_svg(sample.get("target"))
+    if target is None:
+        return "-"
+    completion = board_svg(sample.get("completion"), against=sample.get("target"))
+    second = completion if completion is not None else "<p>not a position</p>"
+    return (
+        f'<div class="boards"><figure>{target}<figcaption>target</figcaption></figure>'
+        f"<figure>{second}<figcaption>completion</figcaption></figure></div>"
+    )
+
+
+def _code(value: Any) -> str:
+    return f"<code>{esc(value)}</code>"
+
+
+def _sample_row(step: Any, sample: Mapping[str, Any]) -> str:
+    cells = (
+        _cell("prompt", _code(sample.get("prompt"))),
+        _cell("completion", _code(sample.get("completion"))),
+        _cell("target", _code(sample.get("target"))),
+        _cell("reward", fmt(sample.get("reward")), True),
+        _cell("status", esc(sample.get("status"))),
+        _cell("boards", _boards(sample)),
+    )
+    return f'<tr data-step="{esc(step)}">{"".join(cells)}</tr>'
+
+
+def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
+    parts = ["<h2>Sample completions</h2>"]
+    for record in evals:
+        rows = (_sample_row(record.get("step"), s) for s in record.get("samples") or [])
+        parts.append(
+            f"<h3>step {esc(record.get('step'))} ({esc(record.get('kind'))}, {esc(record.get('phase'))} policy)</h3>"
+        )
+        headers = ("prompt", "completion", "target", "reward", "status", "boards")
+        parts.append(_table(headers, rows, "samples"))
+    return "".join(parts)
+
+
+def config_section(run_dir: Path) -> str:
+    path = run_dir / CONFIG_FILE
+    text = path.read_text(encoding="utf-8") if path.exists() else "(no config.yaml)"
+    return f"<h2>Config</h2><details open><summary>{CONFIG_FILE}</summary><pre>{esc(text)}</pre></details>"
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def render_html(run_dir: str | Path, title: str | None = None) -> str:
+    run_dir = Path(run_dir)
+    metrics, evals = read_jsonl(run_dir / METRICS_FILE), read_jsonl(run_dir / EVAL_FILE)
+    summary = _summary(run_dir)
+    name = title or summary.get("run_id") or run_dir.name
+    sections = (
+        outcome_section(summary, metrics),
+        evaluations_section(evals),
+        curves_section(run_dir),
+        by_length_section(evals),
+        samples_section(evals),
+        config_section(run_dir),
+    )
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(name)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>GRPO run {esc(name)}</h1>{''.join(sections)}</body></html>\n"
+    )
+
+
+def write_html_report(run_dir: str | Path, title: str | None = None) -> Path:
+    """Write run_dir/report.html; returns its path."""
+    path = Path(run_dir) / HTML_FILE
+    path.write_text(render_html(run_dir, title), encoding="utf-8")
+    return path
