@@ -17,6 +17,7 @@ record holds the held-out figures instead. Everything after the prefix is one JS
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 PROGRESS_PREFIX = "[grpo-progress] "
@@ -25,6 +26,20 @@ SUMMARY_PREFIX = "[grpo-summary] "
 
 def format_record(prefix: str, record: dict[str, Any]) -> str:
     return prefix + json.dumps(record, separators=(",", ":"), default=float)
+
+
+def for_people(chunks: Iterable[str]) -> Iterator[str]:
+    """Log text as chunks, without the `[grpo-progress]` records (a line split across chunks is
+    held back until it is whole)."""
+    pending = ""
+    for chunk in chunks:
+        pending += chunk
+        *whole, pending = pending.split("\n")
+        kept = [line + "\n" for line in whole if not line.startswith(PROGRESS_PREFIX)]
+        if kept:
+            yield "".join(kept)
+    if pending and not pending.startswith(PROGRESS_PREFIX):
+        yield pending
 
 
 def last_record(logs: str, prefix: str) -> dict[str, Any] | None:

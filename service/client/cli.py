@@ -14,13 +14,15 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.client._client import DEFAULT_ADDRESS, TrainingClient
 from service.client.errors import ClientError, ConnectionFailed, RunTimeout, Unauthorized, UnknownRun
-from service.client.render import runs_table, status_table
+from service.client.render import CLEAR_SCREEN, runs_table, status_table, watch_frame
 from service.client.states import RunState, RunStatus
+from service.progress import for_people
 
 EXIT_OK, EXIT_RUN_NOT_SUCCEEDED, EXIT_USAGE = 0, 1, 2
 EXIT_CODES: tuple[tuple[type[ClientError], int], ...] = (
@@ -92,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_submit(commands, common)
     status = commands.add_parser("status", parents=[common], help="where a run stands")
     status.add_argument("run_id")
+    status.add_argument(
+        "--watch", nargs="?", const=2.0, type=float, metavar="SECONDS",
+        help="refresh in place every SECONDS (default 2) until the run ends",
+    )  # fmt: skip
     wait = commands.add_parser("wait", parents=[common], help="wait until a run ends")
     wait.add_argument("run_id")
     wait.add_argument(
@@ -101,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs = commands.add_parser("logs", parents=[common], help="print a run's log")
     logs.add_argument("run_id")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="also the [grpo-progress] records the client reads (hidden by default)",
+    )
     stop = commands.add_parser("stop", parents=[common], help="stop a run (it checkpoints first)")
     stop.add_argument("run_id")
     stop.add_argument("--wait", type=float, metavar="SECONDS", help="then wait this long for it to end")
@@ -136,12 +147,33 @@ def _submit(client: TrainingClient, args: argparse.Namespace) -> int:
 def _logs(client: TrainingClient, args: argparse.Namespace) -> int:
     if not args.follow:
         text = client.logs(args.run_id)
-        _print(args, {"run_id": args.run_id, "logs": text}, text.rstrip("\n"))
+        shown = text if args.raw else "".join(for_people([text]))
+        _print(args, {"run_id": args.run_id, "logs": text}, shown.rstrip("\n"))
         return EXIT_OK
-    for chunk in client.logs(args.run_id, follow=True):
+    chunks = client.logs(args.run_id, follow=True)
+    for chunk in chunks if args.raw else for_people(chunks):
         sys.stdout.write(chunk)
         sys.stdout.flush()
     return EXIT_OK
+
+
+def _watch(client: TrainingClient, args: argparse.Namespace) -> int:
+    """Redraw the status table in place (a terminal) or print one per poll (a pipe; JSON lines with
+    --json) until the run ends."""
+    if not args.watch > 0:
+        raise ValueError(f"--watch: {args.watch!r} is not allowed; give seconds > 0")
+    in_place = sys.stdout.isatty() and not args.json
+    while True:
+        status = client.status(args.run_id)
+        if args.json:
+            print(json.dumps(status.to_dict()), flush=True)
+        else:
+            frame = watch_frame(status, args.watch, time.strftime("%H:%M:%S"))
+            sys.stdout.write((CLEAR_SCREEN if in_place else "") + frame + "\n")
+            sys.stdout.flush()
+        if status.state.is_terminal():
+            return EXIT_OK
+        time.sleep(args.watch)
 
 
 def _stop(client: TrainingClient, args: argparse.Namespace) -> int:
@@ -157,6 +189,8 @@ def run_command(client: TrainingClient, args: argparse.Namespace) -> int:
     if args.command == "submit":
         return _submit(client, args)
     if args.command == "status":
+        if args.watch is not None:
+            return _watch(client, args)
         status = client.status(args.run_id)
         _print(args, status.to_dict(), status_table(status))
         return EXIT_OK

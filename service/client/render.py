@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 from service.client.states import RunInfo, RunStatus
 
@@ -52,15 +53,67 @@ def status_table(status: RunStatus) -> str:
     if not status.state.is_terminal():
         rows.append(("eta", _duration(status.eta_s)))
     rows += [(name, _number(value)) for name, value in sorted(status.metrics.items())]
-    evaluation = status.final_eval or status.eval_metrics  # the final one once the run has it
+    rows += pool_rows(status.pool)
+    rows += held_out_rows(status)
+    if status.error:
+        rows.append(("error", status.error))
+    return table(("field", "value"), rows)
+
+
+def pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
+    """The reward pool's health: workers alive, restarts, timeouts, errors, the placement decision."""
+    rows = []
+    if "workers" in pool:
+        rows.append(
+            ("pool.workers", f"{_count(pool.get('workers_alive'))} of {_count(pool['workers'])} alive")
+        )
+    for key in ("worker_restarts", "timeouts", "errors", "retries"):
+        if key in pool:
+            rows.append((f"pool.{key}", _count(pool[key])))
+    if pool.get("placement") is not None:
+        rows.append(("pool.placement", _placement(pool["placement"])))
+    return rows
+
+
+def held_out_rows(status: RunStatus) -> list[tuple[str, str]]:
+    """The latest held-out figures (the final ones once the run has them), by game length when given."""
+    evaluation = status.final_eval or status.eval_metrics
+    step = evaluation.get("step", status.eval_step)
+    rows = [("eval.step", str(step))] if step is not None else []
     rows += [
         (f"eval.{name}", _number(value))
         for name, value in sorted(evaluation.items())
         if isinstance(value, int | float) and not isinstance(value, bool) and name not in ("step", "count")
     ]
-    if status.error:
-        rows.append(("error", status.error))
-    return table(("field", "value"), rows)
+    for name, groups in sorted(status.eval_details.items()):
+        for group, figures in groups.items():
+            if isinstance(figures, dict):
+                text = "  ".join(f"{k} {_number(v)}" for k, v in figures.items() if _is_number(v))
+                rows.append((f"eval.{name}.{group}", text))
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> str:
+    return str(int(value)) if _is_number(value) else "?"
+
+
+def _placement(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, clear: the next frame replaces this one
+
+
+def watch_frame(status: RunStatus, every_s: float, now: str) -> str:
+    """One refresh of `status --watch`: when and how often, then the status table."""
+    ending = "the run has ended" if status.state.is_terminal() else "Ctrl-C to stop"
+    return f"{status.run_id} at {now}, every {every_s:g}s ({ending})\n{status_table(status)}"
 
 
 def runs_table(runs: Sequence[RunInfo]) -> str:

@@ -72,6 +72,9 @@ class RunStatus:
         default_factory=dict
     )  # latest step's: loss, reward_mean, step_time_s, ...
     eval_metrics: dict[str, float] = field(default_factory=dict)  # latest held-out eval: exact_match, ...
+    eval_step: int | None = None  # the step of that evaluation
+    eval_details: dict[str, Any] = field(default_factory=dict)  # its nested figures (e.g. by game length)
+    pool: dict[str, Any] = field(default_factory=dict)  # reward pool health: workers_alive, timeouts, ...
     eta_s: float | None = None
     error: str | None = None  # why a FAILED run failed, in one line
     final_eval: dict[str, Any] | None = None  # from the summary line, once there is one
@@ -187,6 +190,9 @@ def status_from_job(
         total_steps=_as_int(progress.get("total_steps")),
         metrics=_metrics(step_record),
         eval_metrics=_metrics(eval_record),
+        eval_step=_as_int(eval_record.get("step")),
+        eval_details={k: v for k, v in eval_record.items() if isinstance(v, dict)},
+        pool=dict(step_record.get("pool") or {}),
         eta_s=None if state.is_terminal() else _as_float(progress.get("eta_s")),
         error=error,
         final_eval=(summary or {}).get("final_eval"),

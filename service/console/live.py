@@ -10,6 +10,8 @@ No machine-readable records here: nothing parses a terminal.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
@@ -19,14 +21,35 @@ from tqdm import tqdm
 from service.console import lines
 from service.console.base import Verbosity
 
-BAR_FORMAT = "{desc:<4} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}] {postfix}"
+BAR_FORMAT = "{desc:<4} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}] {fields}"
+
+
+class _Bar(tqdm):
+    """tqdm with a `{fields}` slot taken as is (its own `{postfix}` adds a leading comma)."""
+
+    fields = ""
+
+    @property
+    def format_dict(self):
+        return {**super().format_dict, "fields": self.fields}
+
+
+def _known_width(out: TextIO) -> int | None:
+    """None when the terminal tells its size (tqdm follows it); else COLUMNS or 100 columns (a
+    terminal of size 0x0, as some pseudo-terminals report, would make tqdm hide its bar)."""
+    try:
+        if os.get_terminal_size(out.fileno()).columns > 0:
+            return None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 class LiveConsole:
     def __init__(self, out: TextIO | None = None, verbosity: Verbosity = Verbosity.NORMAL):
         self.out = out if out is not None else sys.stdout
         self.verbosity = verbosity
-        self._bar: tqdm | None = None
+        self._bar: _Bar | None = None
 
     def _write(self, line: str) -> None:
         if self._bar is not None:
@@ -50,14 +73,14 @@ class LiveConsole:
             return
         step, total = int(progress["step"]), int(progress["total_steps"])
         if self._bar is None:
-            self._bar = tqdm(
-                total=total, initial=step - 1, file=self.out, bar_format=BAR_FORMAT,
-                dynamic_ncols=True, mininterval=0.1, leave=True,
+            width = _known_width(self.out)
+            self._bar = _Bar(
+                total=total, initial=step - 1, file=self.out, bar_format=BAR_FORMAT, leave=True,
+                dynamic_ncols=width is None, ncols=width or None, nrows=None if width is None else 24,
+                mininterval=0.1,
             )  # fmt: skip
         self._bar.set_description_str(str(progress["phase"]), refresh=False)
-        self._bar.set_postfix_str(
-            f"{lines.step_fields(progress)}  eta {lines.duration(progress.get('eta_s'))}", refresh=False
-        )
+        self._bar.fields = f"{lines.step_fields(progress)}  eta {lines.duration(progress.get('eta_s'))}"
         self._bar.update(step - self._bar.n)
 
     def evaluation(self, progress: Mapping[str, Any], record: Mapping[str, Any]) -> None:

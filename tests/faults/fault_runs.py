@@ -134,7 +134,7 @@ def train_argv(run_dir: Path, sets: Sequence[str], *, resume: bool = False) -> l
         argv += ["--preset", "smoke"]
     for item in sets:
         argv += ["--set", item]
-    return argv
+    return argv + ["--set", "run.log_interval_s=0"]  # a progress record per step: the tests follow them
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,12 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     assert summary["wall_time_s"] > 0
     assert (run_dir / "checkpoints" / f"step_{total:06d}" / "manifest.json").is_file()
     assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert "<h2>Sample completions</h2>" in (run_dir / "report.html").read_text()
 
     progress = last_record(logs, PROGRESS_PREFIX)
     assert progress["run_id"] == "smoke-test" and progress["total_steps"] == total
     assert last_record(logs, SUMMARY_PREFIX)["status"] == "succeeded"
-    assert "resolved config" in logs and "Traceback" not in result.stdout
+    assert f"[train] run smoke-test in {run_dir}" in logs and "Traceback" not in result.stdout
 
 
 def _run_until_step_then_sigterm(args: list[str], stop_at: int) -> tuple[int, str]:
@@ -128,6 +129,8 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_p
             "grpo.steps=300",
             "--set",
             "checkpoint.every_steps=1000",
+            "--set",
+            "run.log_interval_s=0",  # a progress record per step, to stop at the right one
         ],
         stop_at=sft + 3,
     )
