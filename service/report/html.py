@@ -163,7 +163,7 @@ def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
 def config_section(run_dir: Path) -> str:
     path = run_dir / CONFIG_FILE
     text = path.read_text(encoding="utf-8") if path.exists() else "(no config.yaml)"
-    return f"<h2>Config</h2><details open><summary>{CONFIG_FILE}</summary><pre>{esc(text)}</pre></details>"
+    return f"<h2>Config</h2><details open><summary>{CONFIG_FILE}</summary><pre class='config'>{esc(text)}</pre></details>"
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+"""report.png's step-time split and report.html, opened in headless Chromium: it shows what the records hold."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from headless import chromium_paths, headless_chromium
+
+from actors.run.control import EVAL, START, STEP
+from service.recorder import RunRecorder
+from service.report import write_html_report, write_report
+from service.report.boards import figures_by_length, plies_of
+from service.report.html import fmt, pct
+from service.report.timing import step_time_split
+from service.run_files import read_jsonl
+from trainer.schedule import Schedule
+
+START_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+AFTER_E4 = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
+AFTER_E4_E5 = "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2"
+
+
+def _samples(good: bool) -> list[dict]:
+    return [
+        {"prompt": "e4", "target": AFTER_E4, "completion": AFTER_E4 if good else START_FEN,
+         "reward": 1.0 if good else 0.6, "status": "ok"},
+        {"prompt": "e4 e5", "target": AFTER_E4_E5, "completion": "rnbq<script>x", "reward": 0.1,
+         "status": "unparsable"},
+    ]  # fmt: skip
+
+
+def _grpo(step: int) -> dict:
+    return {"step": step, "phase": "grpo", "loss": -0.1, "reward_mean": 0.3 + step / 100, "kl": 0.01,
+            "entropy": 1.5, "step_time_s": 1.0, "sample_s": 0.4, "reward_wait_s": 0.1, "ref_s": 0.2,
+            "update_s": 0.25}  # fmt: skip
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    (tmp_path / "config.yaml").write_text("seed: 0\ntask:\n  name: fen\n")
+    rec = RunRecorder(tmp_path, "html-run", Schedule(sft_steps=2, grpo_steps=3), out=io.StringIO())
+    rec.handle(START, {"from_step": None, "world_size": 1})
+    for step in (1, 2):
+        rec.handle(STEP, {"step": step, "phase": "sft", "loss": 2.0 / step, "step_time_s": 0.3})
+    rec.handle(EVAL, {"step": 2, "phase": "sft", "kind": "start", "exact_match": 0.0, "valid_rate": 0.5,
+                      "reward_mean": 0.35, "count": 2, "samples": _samples(good=False)})  # fmt: skip
+    for step in (3, 4, 5):
+        rec.handle(STEP, _grpo(step))
+    rec.handle(EVAL, {"step": 5, "phase": "grpo", "kind": "final", "exact_match": 0.5, "valid_rate": 0.5,
+                      "reward_mean": 0.55, "count": 2, "samples": _samples(good=True)})  # fmt: skip
+    rec.finish("succeeded", reports=lambda: [write_report(tmp_path).name, write_html_report(tmp_path).name])
+    return tmp_path
+
+
+def test_the_step_time_split_stacks_to_the_step_time(run_dir):
+    split = step_time_split(read_jsonl(run_dir / "metrics.jsonl"))
+    assert split.steps == [3, 4, 5]
+    assert split.seconds["sample_s"] == [0.4] * 3 and split.seconds["other"] == pytest.approx([0.05] * 3)
+    assert sum(split.mean_share().values()) == pytest.approx(1.0)
+    assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_figures_by_game_length_come_from_the_record_or_from_its_samples():
+    assert plies_of("1. e4 e5 2. Nf3") == 3 and plies_of("") is None
+    rows, source = figures_by_length({"samples": _samples(good=True)})
+    assert source == "the 2 sample completions kept"
+    assert [(r.length, r.count, r.exact_match, r.valid_rate) for r in rows] == [
+        ("1", 1, 1.0, 1.0),
+        ("2", 1, 0.0, 0.0),
+    ]
+    recorded = {"by_plies": {"2": {"count": 8, "exact_match": 0.25}, "10": {"count": 4}}, "samples": []}
+    rows, source = figures_by_length(recorded)
+    assert (
+        source == "all held-out positions" and [r.length for r in rows] == ["2", "10"] and rows[0].count == 8
+    )
+
+
+def test_the_page_is_self_contained_and_escapes_completions(run_dir):
+    page = (run_dir / "report.html").read_text()
+    assert "<script>" not in page and "rnbq&lt;script&gt;x" in page
+    assert 'src="data:image/png;base64,' in page and "http" not in page.split("<style>")[0]
+
+
+@pytest.mark.skipif(
+    chromium_paths() is None, reason="needs chromium and chromium-driver (.ci/run installs them)"
+)
+def test_headless_chromium_renders_what_the_records_hold(run_dir, tmp_path_factory):
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    with headless_chromium() as browser:
+        browser.get((run_dir / "report.html").as_uri())
+        page = browser.execute_script(
+            """
+            const cells = (table, field) => [...document.querySelectorAll(
+                `table[data-table="${table}"] td[data-field="${field}"]`)].map(td => td.textContent);
+            const img = document.querySelector('img.curves');
+            return {
+              title: document.querySelector('h1').textContent,
+              status: cells('outcome', 'status')[0],
+              evalSteps: cells('evaluations', 'step'), evalRewards: cells('evaluations', 'reward_mean'),
+              evalExact: cells('evaluations', 'exact_match'),
+              completions: cells('samples', 'completion'), rewards: cells('samples', 'reward'),
+              statuses: cells('samples', 'status'),
+              boardWidths: [...document.querySelectorAll('.boards svg')].map(s => s.getBoundingClientRect().width),
+              notBoards: [...document.querySelectorAll('.boards p')].length,
+              lengths: cells('by-length', 'length'),
+              curves: img.complete ? img.naturalWidth : 0,
+              config: document.querySelector('pre.config').textContent,
+            };
+            """
+        )
+        shot = tmp_path_factory.mktemp("shot") / "report.png"
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    samples = [s for e in evals for s in e["samples"]]
+    assert page["title"] == "GRPO run html-run" and page["status"] == "succeeded"
+    assert page["evalSteps"] == [str(e["step"]) for e in evals]
+    assert page["evalRewards"] == [fmt(e["reward_mean"]) for e in evals]
+    assert page["evalExact"] == [pct(e["exact_match"]) for e in evals]
+    assert page["completions"] == [s["completion"] for s in samples]
+    assert page["rewards"] == [fmt(s["reward"]) for s in samples]
+    assert page["statuses"] == [s["status"] for s in samples]
+    # Every sample's target is a board; a completion is one when it parses (2 of the 4 do).
+    assert len(page["boardWidths"]) == 4 + 2 and min(page["boardWidths"]) >= 100 and page["notBoards"] == 2
+    assert page["lengths"] == ["1", "2", "1", "2"]  # by plies, first and last evaluation
+    assert page["curves"] > 500 and "seed: 0" in page["config"]
