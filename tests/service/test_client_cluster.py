@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobSubmissionClient
 from ray_head import RayHead
+from test_dashboard import dashboard_series
 
 from actors.run.metrics import EVAL_GAUGES, STEPS_COUNTER
 from service.client import (
@@ -34,7 +35,7 @@ from service.client import (
 )
 from service.client.cli import main
 from service.client.submission import UPLOAD_EXCLUDES
-from service.progress import SUMMARY_PREFIX, last_record
+from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 
 pytestmark = pytest.mark.slow
 
@@ -285,3 +286,31 @@ def test_ray_job_submit_runs_the_smoke_preset(cli_submission: CliSubmission):
     assert returncode == 0, output[-4000:]
     assert last_record(output, SUMMARY_PREFIX)["status"] == "succeeded"
     assert json.loads((cli_submission.run_dir / "summary.json").read_text())["status"] == "succeeded"
+
+
+def test_cli_status_watch_logs_for_people_and_the_runs_pool_health(
+    ray_token_head: RayHead, smoke_run: WatchedRun, capsys, no_local_token
+):
+    connect = ["--address", ray_token_head.address, "--token", ray_token_head.token]
+    assert main(["status", smoke_run.run_id, "--watch", "0.5", *connect]) == 0  # ended: one frame
+    frame = capsys.readouterr().out
+    assert frame.startswith(f"{smoke_run.run_id} at ") and "(the run has ended)" in frame
+    assert "pool.workers" in frame and "1 of 1 alive" in frame and "eval.exact_match" in frame
+    assert main(["logs", smoke_run.run_id, *connect]) == 0
+    shown = capsys.readouterr().out
+    assert "[eval] step" in shown and PROGRESS_PREFIX not in shown
+    assert main(["logs", smoke_run.run_id, "--raw", *connect]) == 0
+    assert PROGRESS_PREFIX in capsys.readouterr().out
+
+
+def test_the_dashboards_series_of_a_clean_run_are_exported(smoke_run: WatchedRun):
+    """What a fault-free run exports. The fault counters, and the pool's gauges and wait histogram
+    (kept by the trainer's process, gone with the run), are checked on a live pool in test_dashboard.py."""
+    checked_elsewhere = {
+        "ray_grpo_skipped_steps_total", "ray_reward_pool_errors_total", "ray_reward_pool_timeouts_total",
+        "ray_reward_pool_retries_total", "ray_reward_pool_worker_restarts_total",
+        "ray_reward_pool_items_per_s", "ray_reward_pool_queue_depth", "ray_reward_pool_wait_s_bucket",
+    }  # fmt: skip
+    run_series = dashboard_series() - checked_elsewhere
+    missing = run_series - _series_of_run(smoke_run.metrics_text, smoke_run.run_id)
+    assert not missing, f"queried by the dashboard, not exported by run {smoke_run.run_id}: {sorted(missing)}"
