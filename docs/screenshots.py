@@ -83,9 +83,18 @@ def terminal_html(capture: str, title: str) -> str:
     ))  # fmt: skip
 
 
-def photograph(url: str, out: Path, width: int, height: int, scroll_to: str | None = None) -> None:
-    with headless_chromium(width, height) as browser:
+def photograph(
+    url: str, out: Path, width: int, height: int | None = None, scroll_to: str | None = None
+) -> None:
+    """A screenshot of exactly width x height CSS pixels (height None: the whole page)."""
+    with headless_chromium(width, 900) as browser:
         browser.get(url)
+        if height is None:
+            height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         if scroll_to:
             browser.execute_script(
                 f'document.evaluate("{scroll_to}", document, null, 9, null).singleNodeValue.scrollIntoView()'
@@ -109,8 +118,7 @@ def main() -> int:
         for name, capture in (("terminal_during_run", during), ("terminal_end", end)):
             page = work / f"{name}.html"
             page.write_text(terminal_html(capture, name))
-            rows = len(capture.rstrip().splitlines()) + 1
-            photograph(page.as_uri(), out / f"{name}.png", 1060, 30 + rows * 18)
+            photograph(page.as_uri(), out / f"{name}.png", 1060)
         photograph((run_dir / "report.html").as_uri(), out / "report_html.png", 1280, 1500)
         photograph((run_dir / "report.html").as_uri(), out / "report_html_samples.png", 1280, 1100,
                    scroll_to="//h2[text()='Sample completions']")  # fmt: skip

@@ -39,3 +39,23 @@ class Console(Protocol):
         """Wraps output written by others (Ray's worker lines), so a live display stays whole."""
 
     def close(self) -> None: ...
+
+
+class LineWriter:
+    """What both consoles say the same way; `_write` puts one line out."""
+
+    verbosity: Verbosity
+
+    def _write(self, line: str) -> None:
+        raise NotImplementedError
+
+    def header(self, line: str) -> None:
+        if self.verbosity is not Verbosity.QUIET:
+            self._write(line)
+
+    def detail(self, line: str) -> None:
+        if self.verbosity is Verbosity.VERBOSE:
+            self._write(line)
+
+    def warning(self, text: str) -> None:
+        self._write(f"[train] warning: {text}")

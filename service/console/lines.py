@@ -11,7 +11,6 @@ from typing import Any
 
 TRAIN_TAG = "[train]"
 EVAL_TAG = "[eval]"
-WARNING_TAG = "[train] warning:"
 
 
 def duration(seconds: float | None) -> str:
@@ -66,10 +65,6 @@ def sample_lines(record: Mapping[str, Any]) -> list[str]:
         f"{EVAL_TAG}   {s.get('prompt')!r} -> {s.get('completion')!r} (reward {number(s.get('reward'), 3)})"
         for s in record.get("samples") or []
     ]
-
-
-def warning_line(text: str) -> str:
-    return f"{WARNING_TAG} {text}"
 
 
 def _held_out(summary: Mapping[str, Any]) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from service.console import lines
-from service.console.base import Verbosity
+from service.console.base import LineWriter, Verbosity
 
 BAR_FORMAT = "{desc:<4} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}] {fields}"
 
@@ -45,7 +45,7 @@ def _known_width(out: TextIO) -> int | None:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-class LiveConsole:
+class LiveConsole(LineWriter):
     def __init__(self, out: TextIO | None = None, verbosity: Verbosity = Verbosity.NORMAL):
         self.out = out if out is not None else sys.stdout
         self.verbosity = verbosity
@@ -56,17 +56,6 @@ class LiveConsole:
             self._bar.write(line, file=self.out)
         else:
             print(line, file=self.out, flush=True)
-
-    def header(self, line: str) -> None:
-        if self.verbosity is not Verbosity.QUIET:
-            self._write(line)
-
-    def detail(self, line: str) -> None:
-        if self.verbosity is Verbosity.VERBOSE:
-            self._write(line)
-
-    def warning(self, text: str) -> None:
-        self._write(lines.warning_line(text))
 
     def step(self, progress: Mapping[str, Any]) -> None:
         if self.verbosity is Verbosity.QUIET:

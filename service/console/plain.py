@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 from service.console import lines
-from service.console.base import Verbosity
+from service.console.base import LineWriter, Verbosity
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, format_record
 from service.run_files import json_safe
 
@@ -49,7 +49,7 @@ class Cadence:
         return False
 
 
-class PlainConsole:
+class PlainConsole(LineWriter):
     """Line-by-line output; every line is flushed at once (a job log is read while it grows)."""
 
     def __init__(
@@ -64,39 +64,28 @@ class PlainConsole:
         verbose = verbosity is Verbosity.VERBOSE
         self.cadence = Cadence(1 if verbose else every_steps, 0.0 if verbose else interval_s)
 
-    def _print(self, line: str) -> None:
+    def _write(self, line: str) -> None:
         print(line, file=self.out, flush=True)
-
-    def header(self, line: str) -> None:
-        if self.verbosity is not Verbosity.QUIET:
-            self._print(line)
-
-    def detail(self, line: str) -> None:
-        if self.verbosity is Verbosity.VERBOSE:
-            self._print(line)
-
-    def warning(self, text: str) -> None:
-        self._print(lines.warning_line(text))
 
     def step(self, progress: Mapping[str, Any]) -> None:
         if not self.cadence.due(int(progress["step"]), str(progress["phase"]), int(progress["total_steps"])):
             return
         if self.verbosity is not Verbosity.QUIET:
-            self._print(lines.step_line(progress))
-        self._print(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+            self._write(lines.step_line(progress))
+        self._write(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
 
     def evaluation(self, progress: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         if self.verbosity is not Verbosity.QUIET:
-            self._print(lines.eval_line(record))
+            self._write(lines.eval_line(record))
         if self.verbosity is Verbosity.VERBOSE:
             for line in lines.sample_lines(record):
-                self._print(line)
-        self._print(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+                self._write(line)
+        self._write(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
 
     def summary(self, summary: Mapping[str, Any], reports: list[str]) -> None:
         for line in lines.summary_lines(summary, reports):
-            self._print(line)
-        self._print(format_record(SUMMARY_PREFIX, json_safe(dict(summary))))
+            self._write(line)
+        self._write(format_record(SUMMARY_PREFIX, json_safe(dict(summary))))
 
     @contextlib.contextmanager
     def external_output(self) -> Iterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2
@@ -44,12 +45,24 @@ def _payloads(data: bytes) -> list[bytes]:
     return payloads
 
 
-def history(run_file: Path) -> list[dict[str, float]]:
+def _records(run_file: Path, wait_s: float) -> list[wandb_internal_pb2.Record]:
+    """The file's records once W&B has written its `exit` record (its writer may lag `finish()`)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = []
+        for payload in _payloads(run_file.read_bytes()):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(payload)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def history(run_file: Path, wait_s: float = 60.0) -> list[dict[str, float]]:
     """Every history row (`run.log` call) of a `.wandb` file, `_step` included."""
     rows = []
-    for payload in _payloads(run_file.read_bytes()):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
+    for record in _records(run_file, wait_s):
         if record.WhichOneof("record_type") == "history":
             row = {}
             for item in record.history.item:
