@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,9 +40,14 @@ def _grpo_steps_done(run_dir: Path) -> int:
 
 
 def _capture(session: str) -> str:
-    return subprocess.run(
+    """The pane's text with its colours, without the blank rows below the last line."""
+    text = subprocess.run(
         ["tmux", "capture-pane", "-p", "-e", "-t", session], check=True, capture_output=True, text=True
     ).stdout
+    rows = text.splitlines()
+    while rows and not re.sub(r"\x1b\[[0-9;]*m", "", rows[-1]).strip():
+        rows.pop()
+    return "\n".join(rows) + "\n"
 
 
 def run_in_tmux(preset: str, run_dir: Path, grpo_steps_before_shot: int, timeout_s: float) -> tuple[str, str]:

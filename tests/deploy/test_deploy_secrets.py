@@ -22,6 +22,9 @@ SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|PRI
 # `openssl rand -hex 32` are 64 hex digits; `openssl rand -base64 32` gives 44 characters that
 # may contain '/' and end in '='.
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
+# A snake_case name (a Prometheus series such as ray_reward_pool_worker_restarts_total): lowercase
+# words joined by '_'; 32 random base64 characters are all but certain to hold a capital or a digit.
+_SNAKE_CASE = re.compile(r"^[a-z]+(_[a-z]+)+$")
 
 
 def token_like(text: str) -> list[str]:
@@ -29,6 +32,8 @@ def token_like(text: str) -> list[str]:
     '+' or '=' padding. A path such as /mnt/shared/ray-results/run-name is not one."""
     found = []
     for candidate in _CANDIDATE.findall(text):
+        if _SNAKE_CASE.match(candidate):
+            continue
         segments = candidate.split("/")
         if max(len(seg) for seg in segments) >= 32 or "+" in candidate or candidate.endswith("="):
             found.append(candidate)
@@ -48,6 +53,7 @@ def test_no_token_like_strings(path):
 def test_token_like_detector_catches_a_generated_token():
     """The check above must be able to fail: a hex token and a base64 token are both caught."""
     assert token_like("value: 3f1c9a0b7e5d4c2b1a09f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a190817263")
+    assert token_like("rate(ray_reward_pool_worker_restarts_total[1m])") == []
     assert token_like('auth_token: "q8Zr0V1xk2/m9s7Yt6Wd5Pf4Lg3Hh2Bb1Nn0Cc9Vv8="')
     assert not token_like("--set run.storage_path=/mnt/shared/ray-results/gpt2-4090-chess/")
 
