@@ -89,6 +89,18 @@ def terminal_html(capture: str, title: str) -> str:
     ))  # fmt: skip
 
 
+def crop_bottom(path: Path, margin: int = 12) -> None:
+    """Cut the rows of background colour below the last line of a terminal screenshot."""
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    background = image.getpixel((image.width - 1, image.height - 1))
+    bottom = image.height
+    while bottom > 1 and all(image.getpixel((x, bottom - 1)) == background for x in range(0, image.width, 4)):
+        bottom -= 1
+    image.crop((0, 0, image.width, min(image.height, bottom + margin))).save(path)
+
+
 def photograph(
     url: str, out: Path, width: int, height: int | None = None, scroll_to: str | None = None
 ) -> None:
@@ -125,6 +137,7 @@ def main() -> int:
             page = work / f"{name}.html"
             page.write_text(terminal_html(capture, name))
             photograph(page.as_uri(), out / f"{name}.png", 1060)
+            crop_bottom(out / f"{name}.png")
         photograph((run_dir / "report.html").as_uri(), out / "report_html.png", 1280, 1500)
         photograph((run_dir / "report.html").as_uri(), out / "report_html_samples.png", 1280, 1100,
                    scroll_to="//h2[text()='Sample completions']")  # fmt: skip
