@@ -11,7 +11,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_ERRORS_KEPT = 1000
 
@@ -19,6 +19,18 @@ MAX_ERRORS_KEPT = 1000
 class Pair(NamedTuple):
     prompt: str  # what the policy is given
     target: str  # what a perfect completion would be (the scorer's reference)
+
+
+class FieldPair(NamedTuple):
+    """A pair that also carries the data fields its rewards take by name (the `text` task's rows).
+
+    The trainer reads `.prompt`, `.target` and `.fields` of whatever pairs a task gives it, so
+    these travel wherever a `Pair` does; a `Pair` has no fields.
+    """
+
+    prompt: str
+    target: str | None  # None: the row has no target (it can be used by GRPO, not by SFT)
+    fields: dict[str, Any]  # name -> value: what the rewards take besides completion and target
 
 
 class LoadReport(NamedTuple):
