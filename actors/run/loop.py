@@ -145,7 +145,7 @@ class WorkerLoop:
         pool = self.pool()
         result = self.trainer.evaluate(
             self.spec.eval_pairs,
-            lambda c, t: pool.score(c, t),
+            lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,
             metrics_fn=self.spec.task.eval_metrics,
         )
