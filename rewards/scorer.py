@@ -76,6 +76,11 @@ class Scorer:
         """Names of the components of an `ok` / `invalid` / `unparsable` / `too_long` result."""
         return [*BUILTIN_COMPONENTS, *(u.name for u in self._user)]
 
+    @property
+    def user_params(self) -> dict[str, RewardParams]:
+        """How each user reward is called, by name: which arguments it takes (`rewards.signature`)."""
+        return {u.name: u.params for u in self._user}
+
     def cache_info(self) -> dict[str, int]:
         """Hits, misses and current size of the validity memo (all 0 when it is disabled)."""
         info = getattr(self._cached_validity, "cache_info", None)

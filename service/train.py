@@ -72,10 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
         print(f"cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
-    task = build_task(cfg)
     try:
-        # Data problems (a ply range with too few held-out positions, an unreadable file) are config
-        # problems too: find them before anything starts.
+        # Data problems (a ply range with too few held-out positions, an unreadable file, a bad
+        # row, a reward that needs a field the rows lack) are config problems too: find them
+        # before anything starts.
+        task = build_task(cfg)
         eval_set = held_out_eval_pairs(task, cfg)
         train_pairs = task.training_pairs(lambda line: print(line, flush=True))
         run_dir = prepare_run_dir(cfg)

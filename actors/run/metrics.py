@@ -29,8 +29,8 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
 # Held-out evaluation gauges: key of the eval record -> (metric name, description).
 EVAL_GAUGES: dict[str, tuple[str, str]] = {
     "reward_mean": ("grpo_eval_reward_mean", "held-out mean reward of greedy completions"),
-    "exact_match": ("grpo_eval_exact_match", "held-out share of completions equal to the target FEN"),
-    "valid_rate": ("grpo_eval_valid_rate", "held-out share of completions that are valid FENs"),
+    "exact_match": ("grpo_eval_exact_match", "held-out share of completions equal to their target"),
+    "valid_rate": ("grpo_eval_valid_rate", "held-out share of completions scored with status ok"),
 }
 STEPS_COUNTER = ("grpo_steps", "optimiser steps finished")
 SKIPPED_COUNTER = ("grpo_skipped_steps", "steps whose update was skipped (non-finite loss or gradients)")

@@ -58,8 +58,8 @@ class RecordErrors:
             self.messages.append(message)
 
 
-def _jsonl_pair(raw: bytes) -> Pair | str | None:
-    """The pair on one line, None for a blank line, or the reason the line is bad."""
+def jsonl_record(raw: bytes, expected: str = "a JSON object") -> dict[str, Any] | str | None:
+    """The JSON object on one line, None for a blank line, or the reason the line is bad."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -71,7 +71,24 @@ def _jsonl_pair(raw: bytes) -> Pair | str | None:
     except json.JSONDecodeError as exc:
         return f"invalid JSON ({exc.msg} at column {exc.colno})"
     if not isinstance(record, dict):
-        return f"expected an object with 'prompt' and 'target', got {type(record).__name__}"
+        return f"expected {expected}, got {type(record).__name__}"
+    return record
+
+
+def read_lines(path: str | Path) -> list[bytes]:
+    """The raw lines of a data file (DataFileError when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().split(b"\n")
+    except OSError as exc:
+        raise DataFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _jsonl_pair(raw: bytes) -> Pair | str | None:
+    """The pair on one line, None for a blank line, or the reason the line is bad."""
+    record = jsonl_record(raw, "an object with 'prompt' and 'target'")
+    if not isinstance(record, dict):
+        return record
     for key in ("prompt", "target"):
         if key not in record:
             return f"missing {key!r}"
@@ -86,13 +103,8 @@ def load_jsonl(path: str | Path, strict: bool = False) -> LoadReport:
     A bad line is skipped and reported as "file:line: reason"; strict=True raises DataFileError
     at the first one.
     """
-    try:
-        with open(path, "rb") as f:
-            raw_lines = f.read().split(b"\n")
-    except OSError as exc:
-        raise DataFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     errors, pairs = RecordErrors(path, strict), []
-    for number, raw in enumerate(raw_lines, start=1):
+    for number, raw in enumerate(read_lines(path), start=1):
         result = _jsonl_pair(raw)
         if isinstance(result, str):
             errors.add(number, result)
