@@ -1,8 +1,8 @@
 """Write a multi-digit addition data set for the `text` task: train.jsonl and eval.jsonl.
 
-    python examples/addition/make_data.py --out examples/addition/data [--seed 0] [--digits 3]
+    python examples/addition/make_data.py --out examples/addition/data [--seed 0] [--digits 2]
 
-Each row is {"prompt": "417+85=", "target": "502", "a": 417, "b": 85}: operands of 1 to `digits`
+Each row is {"prompt": "47+85=", "target": "132", "a": 47, "b": 85}: operands of 1 to `digits`
 digits (each length equally likely), the sum as the target, and the operands as fields the reward
 takes by name. The same seed writes the same files; no held-out prompt appears in train.jsonl.
 """
@@ -52,7 +52,7 @@ def main() -> None:
         "--out", default="examples/addition/data", help="folder for train.jsonl and eval.jsonl"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--digits", type=int, default=3, help="most digits of an operand")
+    parser.add_argument("--digits", type=int, default=2, help="most digits of an operand")
     parser.add_argument("--train", type=int, default=20000, help="training rows")
     parser.add_argument("--eval", type=int, default=200, help="held-out rows")
     args = parser.parse_args()
