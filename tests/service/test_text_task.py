@@ -175,6 +175,9 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
     cfg = load_config("smoke", overrides=["reward.user=[{fn: sum_reward}]"])
     with pytest.raises(ValueError, match=r"'sum_reward' takes 'a', which the fen task's items"):
         build_task(cfg)
+    missing = load_config("smoke", overrides=["reward.user=[{fn: 'no_such_module_xyz:f'}]"])
+    with pytest.raises(ValueError, match=r"cannot import module 'no_such_module_xyz'"):
+        build_task(missing)  # before Ray starts: the driver exits 2
 
 
 @pytest.mark.parametrize(
