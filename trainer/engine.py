@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import normalise_scores, summarise_eval, summarise_samples
+from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
@@ -330,7 +330,7 @@ class Trainer:
         scored = call_scorer(score_fn, completions, targets, _fields(pairs, k))
         values, statuses = normalise_scores(scored, len(completions))
         usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
-        return summarise_samples(values, usable, k, k, self.cfg.grpo.eval_pass_reward)
+        return sampled_figures(values, usable, k, k, self.cfg.grpo.eval_pass_reward)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarise_samples(
+def sampled_figures(
     values: Sequence[float], usable: Sequence[bool], n: int, k: int, pass_reward: float
 ) -> dict[str, Any]:
     """pass@1, pass@k and mean@k over prompts with n sampled completions each (laid out prompt after
