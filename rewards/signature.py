@@ -5,7 +5,7 @@ Two conventions:
   signature has no parameter named `completion` follows it, and so does any callable whose
   signature cannot be read (a C function such as `Levenshtein:ratio`).
 - by name, when a parameter is called `completion`: the reward gets `completion` and each other
-  parameter it names: `target` (the item's target), `prompt` (the text the policy was given), or
+  parameter it names: `target` (the item's target), `prompt` (the prompt text of the item), or
   any field of the item's data row (TRL hands dataset columns to reward functions the same way).
   `**kwargs` takes every field the item carries. A parameter with a default may be absent from
   the data; one without must be present in every row (the task checks this before a run).

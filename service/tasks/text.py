@@ -61,6 +61,8 @@ class TextTask(Task):
                 f"data.source: {cfg.data.source!r} (data.path {cfg.data.path!r}) is read by the fen task only; "
                 "the text task reads its rows from task.path"
             )
+        if cfg.task.target_key == cfg.task.prompt_key:
+            return f"task.target_key: {cfg.task.target_key!r} is task.prompt_key too; the target needs its own key"
         if not cfg.reward.user:
             return "reward.user: the text task is scored by user rewards alone; list at least one"
         return None

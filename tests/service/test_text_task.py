@@ -207,6 +207,10 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
         ),
         (["task.stop=[';']"], r"^task.stop: \[';'\] is not read by the fen task"),
         (
+            ["task.name=text", "task.path=x.jsonl", "task.target_key=prompt", "reward.user=[{fn: f}]"],
+            r"^task.target_key: 'prompt' is task.prompt_key too",
+        ),
+        (
             ["task.name=text", "task.path=x.jsonl", "task.stop=['']"],
             r"^task.stop: \[''\] holds an empty string",
         ),
