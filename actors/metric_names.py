@@ -86,9 +86,13 @@ STEP_METRICS: tuple[Metric, ...] = (
 # Keys of an evaluation record (eval.jsonl): the held-out figures.
 EVAL_METRICS: tuple[Metric, ...] = (
     _m("reward_mean", "eval", "held-out mean reward of greedy completions", export=True),
-    _m("exact_match", "eval", "held-out share of completions equal to the target", export=True),
+    _m("exact_match", "eval", "held-out share of completions equal to their target", export=True),
     _m("valid_rate", "eval", "held-out share of completions scored with status ok", export=True),
     _m("count", "eval", "held-out pairs evaluated"),
+    _m("k", "eval", "completions sampled per held-out prompt for pass@k"),
+    _m("pass_at_1", "eval", "pass@1 estimated from the k sampled completions"),
+    _m("pass_at_k", "eval", "share of prompts with at least one exact completion among k"),
+    _m("mean_at_k", "eval", "mean reward of the k sampled completions"),
     _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
 )
 

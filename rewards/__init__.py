@@ -24,7 +24,8 @@ from rewards.result import (
     USABLE_STATUSES,
     ScoreResult,
 )
-from rewards.scorer import Scorer, build_scorer, default_scorer, score, score_batch
+from rewards.scorer import Scorer, UserRewardScorer, build_scorer, default_scorer, score, score_batch
+from rewards.signature import RewardParams, RewardSignatureError, reward_params
 
 __all__ = [
     "BAD_INPUT",
@@ -37,13 +38,17 @@ __all__ = [
     "UNPARSABLE",
     "USABLE_STATUSES",
     "RewardConfig",
+    "RewardParams",
+    "RewardSignatureError",
     "RewardSpecError",
     "ScoreResult",
     "Scorer",
+    "UserRewardScorer",
     "UserRewardSpec",
     "build_scorer",
     "default_scorer",
     "register_reward",
+    "reward_params",
     "registered_rewards",
     "resolve_reward",
     "score",

@@ -1,7 +1,8 @@
 """User rewards: resolve "package.module:function" specs or functions registered in-process.
 
-Every user reward is called as `fn(completion, target) -> float` with the stripped, length-capped
-completion. Specs are resolved when a `Scorer` is built, so a typo fails at start-up rather than
+A user reward returns a float for the stripped, length-capped completion: called as
+`fn(completion, target)`, or, when it has a parameter named `completion`, with the arguments it
+names (the target, the prompt, fields of the item's data row; see `rewards.signature`). Specs are resolved when a `Scorer` is built, so a typo fails at start-up rather than
 at the first score. Functions given to `register_reward` live only in the registering process;
 reward workers in other processes need an importable "package.module:function" spec (or a
 pickled `Scorer`, which carries its resolved functions with it).

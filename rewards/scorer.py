@@ -15,18 +15,26 @@ import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from rewards.config import BUILTIN_COMPONENTS, RewardConfig
+from rewards.config import BUILTIN_COMPONENTS, RewardConfig, UserRewardSpec
 from rewards.fen import fen_validity, similarity
 from rewards.registry import RewardFn, resolve_reward
-from rewards.result import BAD_INPUT, ERROR, TOO_LONG, ScoreResult
+from rewards.result import BAD_INPUT, ERROR, OK, TOO_LONG, ScoreResult
+from rewards.signature import RewardParams, reward_args, reward_params
 
 ValidityFn = Callable[[str], tuple[float, str]]
+Fields = Mapping[str, Any] | None  # an item's data fields, for user rewards that take them by name
 
 
 class UserReward(NamedTuple):
     name: str  # component name: the spec string as configured
     weight: float
     fn: RewardFn
+    params: RewardParams  # how it is called (read once from its signature)
+
+    @staticmethod
+    def resolve(spec: UserRewardSpec) -> UserReward:
+        fn = resolve_reward(spec.fn)
+        return UserReward(spec.fn, spec.weight, fn, reward_params(fn, spec.fn))
 
 
 class UserRewardError(Exception):
@@ -42,7 +50,7 @@ class Scorer:
                 f"config must be a RewardConfig (build_scorer takes a mapping), got {type(config).__name__}"
             )
         self.config = config if config is not None else RewardConfig()
-        self._user = tuple(UserReward(s.fn, s.weight, resolve_reward(s.fn)) for s in self.config.user)
+        self._user = tuple(UserReward.resolve(s) for s in self.config.user)
         self._init_cache()
 
     @classmethod
@@ -55,7 +63,7 @@ class Scorer:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The LRU wrapper cannot be pickled; the cache is rebuilt empty on the other side.
-        return (Scorer._with_resolved, (self.config, self._user))
+        return (type(self)._with_resolved, (self.config, self._user))
 
     def _init_cache(self) -> None:
         size = self.config.cache_size
@@ -68,6 +76,11 @@ class Scorer:
         """Names of the components of an `ok` / `invalid` / `unparsable` / `too_long` result."""
         return [*BUILTIN_COMPONENTS, *(u.name for u in self._user)]
 
+    @property
+    def user_params(self) -> dict[str, RewardParams]:
+        """How each user reward is called, by name: which arguments it takes (`rewards.signature`)."""
+        return {u.name: u.params for u in self._user}
+
     def cache_info(self) -> dict[str, int]:
         """Hits, misses and current size of the validity memo (all 0 when it is disabled)."""
         info = getattr(self._cached_validity, "cache_info", None)
@@ -76,53 +89,103 @@ class Scorer:
         ci = info()
         return {"hits": ci.hits, "misses": ci.misses, "size": ci.currsize}
 
-    def score(self, completion: Any, target: Any) -> ScoreResult:
-        """Score one completion (the reference path: no memo)."""
-        return self._score_one(completion, target, fen_validity)
+    def score(self, completion: Any, target: Any, fields: Fields = None) -> ScoreResult:
+        """Score one completion (the reference path: no memo). `fields`: the item's data fields,
+        for user rewards that take them by name (`rewards.signature`)."""
+        return self._score_one(completion, target, fields, fen_validity)
 
-    def score_batch(self, completions: Iterable[Any], targets: Iterable[Any]) -> list[ScoreResult]:
-        """Score item i of `completions` against item i of `targets`; same results as `score`."""
+    def score_batch(
+        self, completions: Iterable[Any], targets: Iterable[Any], fields: Iterable[Fields] | None = None
+    ) -> list[ScoreResult]:
+        """Score item i of `completions` against item i of `targets` (and of `fields` when given);
+        same results as `score`."""
         completions, targets = _as_list(completions, "completions"), _as_list(targets, "targets")
         if len(completions) != len(targets):
             raise ValueError(
                 f"score_batch needs one target per completion: got {len(completions)} completions "
                 f"and {len(targets)} targets"
             )
+        rows = [None] * len(completions) if fields is None else _as_list(fields, "fields")
+        if len(rows) != len(completions):
+            raise ValueError(f"score_batch got {len(rows)} field rows for {len(completions)} completions")
         validity = self._cached_validity
-        return [self._score_one(c, t, validity) for c, t in zip(completions, targets, strict=True)]
+        return [
+            self._score_one(c, t, f, validity) for c, t, f in zip(completions, targets, rows, strict=True)
+        ]
 
-    def _score_one(self, completion: Any, target: Any, validity_fn: ValidityFn) -> ScoreResult:
-        if not isinstance(completion, str) or not isinstance(target, str):
+    def _score_one(
+        self, completion: Any, target: Any, fields: Fields, validity_fn: ValidityFn
+    ) -> ScoreResult:
+        if not isinstance(completion, str) or not self._target_ok(target):
             which = "completion" if not isinstance(completion, str) else "target"
             bad = completion if which == "completion" else target
             return ScoreResult.failed(BAD_INPUT, f"{which} must be a str, got {type(bad).__name__}")
         try:
-            return self._score_str(completion.strip(), target, validity_fn)
+            return self._score_str(completion.strip(), target, fields, validity_fn)
         except UserRewardError as exc:
             return ScoreResult.failed(ERROR, str(exc))
         except Exception as exc:  # a scorer bug must surface as a counted error, never a crash or a 0
             return ScoreResult.failed(ERROR, f"scoring failed: {type(exc).__name__}: {exc}")
 
-    def _score_str(self, c: str, target: str, validity_fn: ValidityFn) -> ScoreResult:
+    def _target_ok(self, target: Any) -> bool:
+        return isinstance(target, str)
+
+    def _score_str(self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn) -> ScoreResult:
         cfg = self.config
         if len(c) > cfg.max_chars:
             zeros = dict.fromkeys(self.component_names, 0.0)
             return ScoreResult(0.0, zeros, TOO_LONG, f"{len(c)} chars > max_chars={cfg.max_chars}")
+        components, total, status = self._builtin(c, target, validity_fn)
+        for user in self._user:
+            value = _call_user(user, c, target, fields)
+            components[user.name] = value
+            total += user.weight * value
+        return ScoreResult(total, components, status)
+
+    def _builtin(self, c: str, target: str, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+        """The chess components, their weighted sum and the validity status."""
+        cfg = self.config
         validity, status = validity_fn(c)
         sim = similarity(c, target)
         exact = 1.0 if c == target else 0.0
         components = {"validity": validity, "similarity": sim, "exact": exact}
         total = cfg.validity_weight * validity + cfg.similarity_weight * sim + cfg.exact_weight * exact
-        for user in self._user:
-            value = _call_user(user, c, target)
-            components[user.name] = value
-            total += user.weight * value
-        return ScoreResult(total, components, status)
+        return components, total, status
 
 
-def _call_user(user: UserReward, completion: str, target: str) -> float:
+class UserRewardScorer(Scorer):
+    """The user rewards alone, for a task that no chess component applies to (the `text` task).
+
+    Same statuses, error handling and weights as `Scorer`: `ok` when every user reward gave a
+    finite number, else `too_long`, `bad_input` or `error`. An item's target may be None (a row
+    without one). Needs at least one user reward.
+    """
+
+    def __init__(self, config: RewardConfig | None = None):
+        super().__init__(config)
+        if not self._user:
+            raise ValueError("reward.user: a task scored by user rewards alone needs at least one")
+
+    @property
+    def component_names(self) -> list[str]:
+        return [u.name for u in self._user]
+
+    def _target_ok(self, target: Any) -> bool:
+        return target is None or isinstance(target, str)
+
+    def _builtin(self, c: str, target: Any, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+        return {}, 0.0, OK
+
+
+def _call_user(user: UserReward, completion: str, target: Any, fields: Fields) -> float:
     try:
-        value = user.fn(completion, target)
+        args, kwargs = reward_args(user.params, completion, target, fields)
+    except KeyError as exc:
+        raise UserRewardError(
+            f"user reward {user.name!r} needs {exc.args[0]!r}, which this item lacks"
+        ) from None
+    try:
+        value = user.fn(*args, **kwargs)
     except Exception as exc:
         raise UserRewardError(f"user reward {user.name!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(value, numbers.Real):

@@ -36,9 +36,33 @@ class ConfigError(ValueError):
 
 
 class TaskConfig(Frozen):
-    """Which task the run trains on (`service.tasks.TASKS`)."""
+    """Which task the run trains on (`service.tasks.TASKS`), and the keys of the tasks that read files.
+
+    The `text` task reads prompts (and optional targets) from JSONL rows; a task refuses the keys
+    it does not read (`Task.config_keys`), so a key set for another task is never silently ignored.
+    """
 
     name: str = Field("fen", description="the task: its data, its scorer and its held-out figures")
+    path: str | None = Field(None, description="text: JSONL file of training rows")
+    eval_path: str | None = Field(
+        None, description="text: JSONL file of held-out rows (default: data.eval_size prompts split off path)"
+    )
+    prompt_key: str = Field("prompt", min_length=1, description="text: the row key holding the prompt")
+    target_key: str = Field(
+        "target", min_length=1, description="text: the row key holding the target (optional in a row)"
+    )
+    stop: list[str] = Field(
+        default_factory=list, description="text: strings that end a completion (besides EOS)"
+    )
+
+    @field_validator("stop")
+    @classmethod
+    def _non_empty_stops(cls, value: list[str]) -> list[str]:
+        if any(not s for s in value):
+            raise ValueError(
+                f"{value!r} holds an empty string; every stop string needs at least one character"
+            )
+        return value
 
     @field_validator("name")
     @classmethod
@@ -124,6 +148,15 @@ class ServiceConfig(TrainerConfig):
     scaling: ScalingConfig = ScalingConfig()
     run: RunConfig = RunConfig()
     logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _check_task_keys(self) -> ServiceConfig:
+        from service.tasks import check_task_config
+
+        problem = check_task_config(self)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _check_shares(self) -> ServiceConfig:

@@ -25,6 +25,8 @@ from trainer.schedule import Schedule
 
 # Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
 EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean", "count")
+# Kept too when the evaluation sampled k completions per prompt (grpo.eval_k).
+SAMPLED_SUMMARY_KEYS = ("k", "pass_at_1", "pass_at_k", "mean_at_k")
 ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
 
 
@@ -37,7 +39,10 @@ class RecordSink(Protocol):
 
 
 def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if record is None else {k: record.get(k) for k in EVAL_SUMMARY_KEYS}
+    if record is None:
+        return None
+    sampled = {k: record[k] for k in SAMPLED_SUMMARY_KEYS if k in record}
+    return {**{k: record.get(k) for k in EVAL_SUMMARY_KEYS}, **sampled}
 
 
 class RunRecorder:

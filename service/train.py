@@ -95,12 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = make_console(
         verbosity_of(args), every_steps=cfg.run.log_every, interval_s=cfg.run.log_interval_s
     )
-    task = build_task(cfg)
     try:
-        # Data problems (a ply range with too few held-out positions, an unreadable file) and a
-        # logger without its package are config problems too: find them before anything starts.
+        # Data problems (a ply range with too few held-out positions, an unreadable file, a bad
+        # row, a reward that needs a field the rows lack) and a logger without its package are
+        # config problems too: find them before anything starts.
         if problems := missing_extras(cfg.logging):
             raise ConfigError(problems[0])
+        task = build_task(cfg)
         eval_set = held_out_eval_pairs(task, cfg)
         train_pairs = task.training_pairs(console.header)
         run_dir = prepare_run_dir(cfg)

@@ -122,6 +122,15 @@ class GRPOConfig(Frozen):
         "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
     )
     eval_every: int = Field(20, ge=1)
+    eval_k: int = Field(
+        0,
+        ge=0,
+        description="held-out completions sampled per prompt at the training temperature for pass@k "
+        "and mean@k, at the GRPO start and final evaluations; 0: greedy figures only",
+    )
+    eval_pass_reward: float = Field(
+        1.0, description="a sampled held-out completion passes (pass@k) when its reward is at least this"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:

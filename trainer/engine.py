@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import normalise_scores, summarise_eval
-from trainer.grpo.reward_source import Rewards, RewardSource
+from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
+from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
@@ -39,6 +40,7 @@ from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.sampler import completions_text, generate
+from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
 
 EVAL_PROMPTS_PER_BATCH = 64
@@ -55,15 +57,30 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
+    """Each pair's data fields repeated for its k completions; None when no pair carries any."""
+    fields = [getattr(p, "fields", None) for p in pairs]
+    if all(f is None for f in fields):
+        return None
+    return [f for f in fields for _ in range(k)]
+
+
 class Trainer:
     """SFT and GRPO on one GPT, on one device (one rank of a DDP group when distributed)."""
 
     def __init__(
-        self, cfg: TrainerConfig, tokenizer: CharTokenizer, device: torch.device | str = "cpu"
+        self,
+        cfg: TrainerConfig,
+        tokenizer: CharTokenizer,
+        device: torch.device | str = "cpu",
+        *,
+        stop: Sequence[str] = (),
     ) -> None:
+        """stop: the task's stop strings; a completion ends at the first one (`trainer.sampling.stop`)."""
         self.cfg = cfg
         self.device = _resolve_device(device)
         self.tokenizer = tokenizer
+        self.stop = tuple(stop)
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         self.precision = Precision(cfg.precision, self.device)
@@ -115,6 +132,12 @@ class Trainer:
         """DDP: accumulate gradients locally on all but the last micro-batch of an optimiser step."""
         return self.ddp.no_sync() if (self.ddp is not None and skip_sync) else contextlib.nullcontext()
 
+    def completions(self, rollout: Rollout) -> tuple[Rollout, list[str]]:
+        """Each row's text for the scorer, and the rollout ending where that text ends (EOS or stop string)."""
+        if self.stop:
+            return apply_stop_strings(rollout, self.tokenizer, self.stop)
+        return rollout, completions_text(rollout, self.tokenizer)
+
     def _finish(self, metrics: DeviceMetrics, opt: GuardedOptimizer | None) -> dict[str, float]:
         """The step's single device-to-host transfer, then the consecutive-skip check."""
         host = metrics.to_host()
@@ -162,8 +185,9 @@ class Trainer:
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             with self.precision.autocast():
                 rollout = generate(self.model, prompts, cfg, self.tokenizer, generator=self.sample_generator)
+            rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
-            tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
+            tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
             rollouts.append(rollout)
         return rollouts, tickets
 
@@ -257,27 +281,56 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self, pairs: Sequence[Any], score_fn, n_samples: int = 0, metrics_fn=None) -> dict[str, Any]:
-        """Greedy completions of `pairs`, scored by `score_fn(completions, targets)`.
+    def evaluate(
+        self,
+        pairs: Sequence[Any],
+        score_fn,
+        n_samples: int = 0,
+        metrics_fn=None,
+        sample_k: int = 0,
+    ) -> dict[str, Any]:
+        """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
 
-        Returns exact_match, valid_rate (share of status 'ok'; None when the scorer gives no
-        statuses), reward_mean, count and `n_samples` example dicts, plus what the task's
-        `metrics_fn(scorer output)` adds. Runs on this rank alone.
+        Returns exact_match (over pairs with a target), valid_rate (share of status 'ok'; None when
+        the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
+        the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
+        and mean_at_k of sample_k completions per pair sampled at the training temperature (a
+        sample passes when its reward is at least grpo.eval_pass_reward). Runs on this rank alone.
         """
-        cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
-        completions: list[str] = []
-        for chunk in _chunks(pairs, EVAL_PROMPTS_PER_BATCH):
-            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
-            with self.precision.autocast():
-                rollout = generate(self.model, prompts, cfg, self.tokenizer, greedy=True)
-            completions.extend(completions_text(rollout, self.tokenizer))
+        completions = self._complete(pairs, 1, greedy=True)
         targets = [p.target for p in pairs]
-        scored = score_fn(completions, targets)
+        scored = call_scorer(score_fn, completions, targets, _fields(pairs, 1))
         values, statuses = normalise_scores(scored, len(completions))
         summary = summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
         if metrics_fn is not None:
             summary.update(metrics_fn(scored))
+        if sample_k:
+            summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
+
+    def _complete(
+        self, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None
+    ) -> list[str]:
+        """k completions of each pair (rows pair after pair), decoded for the scorer."""
+        cfg = self.cfg.sampling.model_copy(update={"group_size": k})
+        completions: list[str] = []
+        for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
+            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            with self.precision.autocast():
+                rollout = generate(self.model, prompts, cfg, self.tokenizer, generator, greedy=greedy)
+            completions.extend(self.completions(rollout)[1])
+        return completions
+
+    def _sampled_eval(self, pairs: Sequence[Any], score_fn, k: int) -> dict[str, Any]:
+        """pass@1, pass@k and mean@k of k completions per pair at the training temperature."""
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(derived_seed(self.cfg.seed, -2, self.sft_steps, self.grpo_steps))
+        completions = self._complete(pairs, k, greedy=False, generator=generator)
+        targets = [p.target for p in pairs for _ in range(k)]
+        scored = call_scorer(score_fn, completions, targets, _fields(pairs, k))
+        values, statuses = normalise_scores(scored, len(completions))
+        usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
+        return sampled_figures(values, usable, k, k, self.cfg.grpo.eval_pass_reward)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -310,3 +363,11 @@ class Trainer:
         self.sft_steps = int(state["counters"]["sft_steps"])
         self.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)
+
+
+def _usable(scored: Any) -> list[bool]:
+    """Which results carry a reward: `.usable` of scorer results; every finite number otherwise."""
+    items = list(scored)
+    if items and hasattr(items[0], "usable"):
+        return [bool(r.usable) for r in items]
+    return [math.isfinite(float(getattr(r, "total", r))) for r in items]

@@ -1,4 +1,5 @@
-"""Summaries of greedy completions on held-out pairs: exact match, validity, mean reward."""
+"""Summaries of held-out completions: exact match, validity and mean reward of greedy completions;
+pass@k and mean@k of k sampled ones."""
 
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ def normalise_scores(out: Any, n: int) -> tuple[list[float], list[str] | None]:
 
 def summarise_eval(
     prompts: Sequence[str],
-    targets: Sequence[str],
+    targets: Sequence[str | None],
     completions: Sequence[str],
     values: Sequence[float],
     statuses: Sequence[str] | None,
     n_samples: int,
 ) -> dict[str, Any]:
-    """exact_match and reward_mean (floats), valid_rate (share of status 'ok'; None without
-    statuses), count, and the first `n_samples` examples as dicts."""
+    """exact_match (over the pairs that have a target; None when none has), reward_mean, valid_rate
+    (share of status 'ok'; None without statuses), count, and the first `n_samples` examples."""
     n = len(completions)
     if n == 0:
         raise ValueError("evaluation needs at least one pair")
@@ -55,9 +56,47 @@ def summarise_eval(
             sample["status"] = statuses[i]
         samples.append(sample)
     return {
-        "exact_match": sum(c == t for c, t in zip(completions, targets, strict=True)) / n,
+        "exact_match": exact_match(completions, targets),
         "valid_rate": None if statuses is None else sum(s == "ok" for s in statuses) / n,
         "reward_mean": sum(finite) / len(finite) if finite else float("nan"),
         "count": n,
         "samples": samples,
     }
+
+
+def exact_match(completions: Sequence[str], targets: Sequence[str | None]) -> float | None:
+    """Share of completions equal to their target, over the items that have one (None if none has)."""
+    pairs = [(c, t) for c, t in zip(completions, targets, strict=True) if t is not None]
+    return sum(c == t for c, t in pairs) / len(pairs) if pairs else None
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one prompt from n samples of which c passed: 1 - C(n-c, k) / C(n, k)
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code")."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sampled_figures(
+    values: Sequence[float], usable: Sequence[bool], n: int, k: int, pass_reward: float
+) -> dict[str, Any]:
+    """pass@1, pass@k and mean@k over prompts with n sampled completions each (laid out prompt after
+    prompt). A completion passes when its reward is usable and at least `pass_reward`; mean@k is the
+    mean reward of the samples (over usable rewards: a failed one has no reward to average)."""
+    if n < 1 or len(values) % n or len(values) != len(usable):
+        raise ValueError(f"{len(values)} sampled rewards do not make whole groups of {n}")
+    prompts = len(values) // n
+    if prompts == 0:
+        raise ValueError("pass@k needs at least one prompt")
+    tol = 1e-9 * max(1.0, abs(pass_reward))  # a weighted sum of full marks may round just below
+    p1 = pk = 0.0
+    for i in range(prompts):
+        passed = sum(usable[j] and values[j] >= pass_reward - tol for j in range(i * n, (i + 1) * n))
+        p1 += pass_at_k(n, passed, 1)
+        pk += pass_at_k(n, passed, k)
+    scored = [v for v, u in zip(values, usable, strict=True) if u]
+    mean = sum(scored) / len(scored) if scored else float("nan")
+    return {"k": k, "pass_at_1": p1 / prompts, "pass_at_k": pk / prompts, "mean_at_k": mean}

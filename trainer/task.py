@@ -1,10 +1,11 @@
 """What the trainer and a rank's run loop need of a task, as a protocol.
 
-A task (the chess FEN task first) lives in `service/tasks/`, where it can bind its scorer from
-`rewards/`; the trainer sees only this side of it: the characters its text is written in (the
-built-in tokenizer's alphabet), an endless stream of training pairs, and the held-out metrics it
-adds to the generic ones. Implementations are plain picklable objects: they travel to every
-Ray Train worker inside the loop's spec.
+A task (the chess FEN task, the generic JSONL `text` task) lives in `service/tasks/`, where it
+can bind its scorer from `rewards/`; the trainer sees only this side of it: the characters its
+text is written in (the built-in tokenizer's alphabet), the strings that end a completion, an
+endless stream of training pairs, and the held-out metrics it adds to the generic ones.
+Implementations are plain picklable objects: they travel to every Ray Train worker inside the
+loop's spec.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ class TrainingTask(Protocol):
     @property
     def alphabet(self) -> str:
         """Every character a prompt or target of this task can hold."""
+        ...
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Strings that end a completion besides EOS (`trainer.sampling.stop`)."""
         ...
 
     def train_stream(self, file_pairs: Sequence[Pair] | None) -> Callable[[int], Pair]:

@@ -16,6 +16,7 @@ and re-dispatches the work of dead or killed workers. Results come back as compa
 from __future__ import annotations
 
 import itertools
+import pickle
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -148,20 +149,29 @@ class RewardPool:
     # ---- RewardSource -----------------------------------------------------------------------
 
     def submit(
-        self, completions: Sequence[Any], targets: Sequence[Any], group_ids: Sequence[Any] | None = None
+        self,
+        completions: Sequence[Any],
+        targets: Sequence[Any],
+        group_ids: Sequence[Any] | None = None,
+        *,
+        fields: Sequence[Any] | None = None,
     ) -> Ticket:
         """Queue items for scoring and return at once; scoring starts immediately.
 
         Items need not be str (others score as `bad_input`) but must be picklable.
-        `group_ids`, one per item, are kept on the ticket (`ticket.group_ids`).
+        `group_ids`, one per item, are kept on the ticket (`ticket.group_ids`). `fields`, one
+        mapping per item, are the data fields its user rewards take by name.
         """
         n = _check_items(completions, targets, group_ids)
+        if fields is not None and len(fields) != n:
+            raise ValueError(f"got {len(fields)} field rows for {n} completions: need one each")
         if self._closed:
             raise RewardPoolUnavailable("the reward pool was shut down")
         ticket = Ticket(self._pool_id, n, group_ids, time.monotonic())
         chunks = []
         for start, stop in plan_chunks(n, self.cfg.chunk_size, self.cfg.min_chunk_size, self.cfg.num_workers):
-            payload = _payload(completions[start:stop], targets[start:stop], start)
+            rows = None if fields is None else fields[start:stop]
+            payload = _payload(completions[start:stop], targets[start:stop], rows, start)
             chunks.append(Chunk(ticket, payload, offset=start, lo=0, hi=stop - start))
         self._dispatcher.enqueue(chunks)
         return ticket
@@ -183,10 +193,14 @@ class RewardPool:
         return [r for b in blocks for r in decode(b)]
 
     def score(
-        self, completions: Sequence[Any], targets: Sequence[Any], timeout_s: float | None = None
+        self,
+        completions: Sequence[Any],
+        targets: Sequence[Any],
+        fields: Sequence[Any] | None = None,
+        timeout_s: float | None = None,
     ) -> list[ScoreResult]:
         """Submit and wait: the results of one batch, in order."""
-        return self.collect_results([self.submit(completions, targets)], timeout_s)
+        return self.collect_results([self.submit(completions, targets, fields=fields)], timeout_s)
 
     def _gather(
         self, tickets: Sequence[Ticket], timeout_s: float | None
@@ -285,18 +299,28 @@ def _check_items(completions: Any, targets: Any, group_ids: Any) -> int:
     return len(completions)
 
 
-def _payload(completions: Sequence[Any], targets: Sequence[Any], start: int) -> Any:
-    """A chunk's (completions, targets): by value when small, else once into the object store.
+def _payload(
+    completions: Sequence[Any], targets: Sequence[Any], fields: Sequence[Any] | None, start: int
+) -> Any:
+    """A chunk's (completions, targets[, fields]): by value when small, else once into the object store.
 
     Ray copies a small argument into the call itself (no store round trip: ~1 ms saved per call);
     a large one it would put in the store on every call, so it is put once here and a retried or
-    split chunk reuses it.
+    split chunk reuses it. Items without fields (the FEN task) travel as a pair, as they always have.
     """
-    payload = (list(completions), list(targets))
-    approx_bytes = sum(len(x) + 16 if isinstance(x, str) else 64 for part in payload for x in part)
-    # Only all-str payloads go inline: anything else might not pickle, and that must fail here,
-    # in submit, not later in the dispatcher thread (which would take the whole pool down).
-    if approx_bytes < _INLINE_PAYLOAD_BYTES and all(isinstance(x, str) for part in payload for x in part):
+    payload = (
+        (list(completions), list(targets))
+        if fields is None
+        else (list(completions), list(targets), list(fields))
+    )
+    # Only plain payloads go inline: all-str items, or fields (data read from JSON) that have been
+    # pickled once here. Anything else might not pickle, and that must fail here, in submit, not
+    # later in the dispatcher thread (which would take the whole pool down).
+    if fields is None:
+        approx_bytes = sum(len(x) + 16 if isinstance(x, str) else 64 for part in payload for x in part)
+        if approx_bytes < _INLINE_PAYLOAD_BYTES and all(isinstance(x, str) for part in payload for x in part):
+            return payload
+    elif _pickles_small(payload):
         return payload
     try:
         return ray.put(payload)
@@ -305,6 +329,14 @@ def _payload(completions: Sequence[Any], targets: Sequence[Any], start: int) -> 
         raise TypeError(
             f"items [{start}:{stop}] cannot be sent to the reward workers: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _pickles_small(payload: Any) -> bool:
+    """True when `payload` pickles (plain data: JSONL fields, None targets) within the inline limit."""
+    try:
+        return len(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)) < _INLINE_PAYLOAD_BYTES
+    except Exception:  # let ray.put, with its own serializer, have the last word
+        return False
 
 
 def _check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:

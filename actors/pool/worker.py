@@ -15,8 +15,9 @@ from typing import Any
 from actors.pool.codec import EncodedResults, encode, failed_block
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
 
-# (completions, targets) of one chunk, as put in the object store by the pool.
-Payload = tuple[Sequence[Any], Sequence[Any]]
+# (completions, targets) of one chunk, or (completions, targets, fields) when its items carry data
+# fields, as the pool sends it.
+Payload = tuple[Sequence[Any], ...]
 
 
 class RewardWorker:
@@ -31,7 +32,8 @@ class RewardWorker:
 
     def score_chunk(self, payload: Payload, lo: int = 0, hi: int | None = None) -> EncodedResults:
         """Results of items [lo, hi) of the payload, as columns. Never raises for bad items."""
-        completions, targets = payload
+        completions, targets, *rest = payload
+        fields = rest[0] if rest else None
         hi = len(completions) if hi is None else hi
         if not (0 <= lo <= hi <= len(completions) == len(targets)):
             raise ValueError(
@@ -40,7 +42,8 @@ class RewardWorker:
             )
         began, began_cpu = time.perf_counter(), time.thread_time()
         try:
-            results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi])
+            rows = None if fields is None else fields[lo:hi]
+            results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
             encoded = encode(results)
         except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
             encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")

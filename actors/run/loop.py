@@ -73,7 +73,9 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
-        self.trainer = Trainer(spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device)
+        self.trainer = Trainer(
+            spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device, stop=spec.task.stop
+        )
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
@@ -153,9 +155,11 @@ class WorkerLoop:
         pool = self.pool()
         result = self.trainer.evaluate(
             self.spec.eval_pairs,
-            lambda c, t: pool.score(c, t),
+            lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,
             metrics_fn=self.spec.task.eval_metrics,
+            # pass@k costs k completions per held-out prompt: at the GRPO start and the end only
+            sample_k=self.spec.trainer.grpo.eval_k if kind in ("start", "final") else 0,
         )
         record = {
             "step": step,

@@ -86,9 +86,9 @@ class TimedRewards:
     def reset(self) -> None:
         self.submit_s = self.collect_s = 0.0
 
-    def submit(self, completions: list[str], targets: list[str]) -> Any:
+    def submit(self, completions: list[str], targets: list[str], *, fields: list[Any] | None = None) -> Any:
         began = time.perf_counter()
-        ticket = self.inner.submit(completions, targets)
+        ticket = self.inner.submit(completions, targets, fields=fields)
         self.submit_s += time.perf_counter() - began
         return ticket
 

@@ -53,11 +53,17 @@ def step_line(progress: Mapping[str, Any]) -> str:
 
 
 def eval_line(record: Mapping[str, Any]) -> str:
-    return (
+    line = (
         f"{EVAL_TAG} step {record['step']} ({record.get('kind')}, {record.get('phase')} policy): "
         f"reward {number(record.get('reward_mean'), 3)}  exact {percent(record.get('exact_match'))}  "
-        f"valid {percent(record.get('valid_rate'))}  on {record.get('count')} held-out positions"
+        f"valid {percent(record.get('valid_rate'))}  on {record.get('count')} held-out prompts"
     )
+    if "k" in record:  # k completions sampled per prompt as well
+        line += (
+            f"; k={record['k']}: pass@1 {percent(record.get('pass_at_1'))}  "
+            f"pass@k {percent(record.get('pass_at_k'))}  mean@k {number(record.get('mean_at_k'), 3)}"
+        )
+    return line
 
 
 def sample_lines(record: Mapping[str, Any]) -> list[str]:

@@ -18,6 +18,17 @@ class Task(ABC):
     """One task; subclasses register under `name` (see `service.tasks.TASKS`)."""
 
     name: ClassVar[str]
+    # Keys of the `task` section this task reads besides `name`; a key another task reads is
+    # refused when set for this one (`service.tasks.check_task_config`).
+    config_keys: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def check_config(cls, cfg: ServiceConfig) -> str | None:
+        """One line naming what in a run's config this task cannot use; None when all is well.
+
+        Runs while the config is validated: no files are read here (that is `from_config`'s job).
+        """
+        return None
 
     @classmethod
     @abstractmethod
@@ -27,6 +38,11 @@ class Task(ABC):
     @property
     @abstractmethod
     def alphabet(self) -> str: ...
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Strings that end a completion besides EOS (`trainer.sampling.stop`)."""
+        return ()
 
     @abstractmethod
     def eval_pairs(self) -> list[Pair]:
@@ -45,3 +61,16 @@ class Task(ABC):
 
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
         return {}
+
+
+def check_reward_fields(scorer: Scorer, lacking: Callable[[str], str | None]) -> None:
+    """Refuse (ValueError, one line) a user reward that needs an argument the task's items lack.
+
+    lacking(name): where the first item without `name` is ("file:line", or a sentence); None
+    when every item has it. `completion` is always given; the target counts like any field.
+    """
+    for name, params in scorer.user_params.items():
+        for needed in params.required:
+            where = lacking(needed)
+            if where is not None:
+                raise ValueError(f"reward.user: {name!r} takes {needed!r}, which {where} lacks")

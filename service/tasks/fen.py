@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rewards import RewardConfig, Scorer, build_scorer
-from service.tasks.base import Task
+from service.tasks.base import Task, check_reward_fields
 from trainer.config import DataConfig
 from trainer.data.chess_games import CHESS_ALPHABET, GameStream, eval_pairs, is_held_out, load_pgn
 from trainer.data.pairs import DataFileError, Pair, file_stream, load_jsonl
@@ -29,6 +29,11 @@ class FenTask(Task):
 
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> FenTask:
+        """The task; refuses a user reward that does not resolve or takes more than completion and target."""
+        check_reward_fields(
+            build_scorer(cfg.reward),
+            lambda name: None if name == "target" else "the fen task's items (completion and target only)",
+        )
         return cls(data=cfg.data, reward=cfg.reward)
 
     @property

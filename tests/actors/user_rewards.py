@@ -39,3 +39,8 @@ def kills_process_on_marker(completion: str, target: str) -> float:
     if CRASH in completion:
         os.kill(os.getpid(), signal.SIGKILL)
     return 0.5
+
+
+def sum_of_fields(completion: str, a: int, b: int) -> float:
+    """Takes row fields by name: 1 when the completion is the sum of the row's a and b."""
+    return 1.0 if completion == str(a + b) else 0.0

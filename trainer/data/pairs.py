@@ -11,7 +11,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_ERRORS_KEPT = 1000
 
@@ -19,6 +19,18 @@ MAX_ERRORS_KEPT = 1000
 class Pair(NamedTuple):
     prompt: str  # what the policy is given
     target: str  # what a perfect completion would be (the scorer's reference)
+
+
+class FieldPair(NamedTuple):
+    """A pair that also carries the data fields its rewards take by name (the `text` task's rows).
+
+    The trainer reads `.prompt`, `.target` and `.fields` of whatever pairs a task gives it, so
+    these travel wherever a `Pair` does; a `Pair` has no fields.
+    """
+
+    prompt: str
+    target: str | None  # None: the row has no target (it can be used by GRPO, not by SFT)
+    fields: dict[str, Any]  # name -> value: what the rewards take besides completion and target
 
 
 class LoadReport(NamedTuple):
@@ -46,8 +58,8 @@ class RecordErrors:
             self.messages.append(message)
 
 
-def _jsonl_pair(raw: bytes) -> Pair | str | None:
-    """The pair on one line, None for a blank line, or the reason the line is bad."""
+def jsonl_record(raw: bytes, expected: str = "a JSON object") -> dict[str, Any] | str | None:
+    """The JSON object on one line, None for a blank line, or the reason the line is bad."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -59,7 +71,24 @@ def _jsonl_pair(raw: bytes) -> Pair | str | None:
     except json.JSONDecodeError as exc:
         return f"invalid JSON ({exc.msg} at column {exc.colno})"
     if not isinstance(record, dict):
-        return f"expected an object with 'prompt' and 'target', got {type(record).__name__}"
+        return f"expected {expected}, got {type(record).__name__}"
+    return record
+
+
+def read_lines(path: str | Path) -> list[bytes]:
+    """The raw lines of a data file (DataFileError when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().split(b"\n")
+    except OSError as exc:
+        raise DataFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _jsonl_pair(raw: bytes) -> Pair | str | None:
+    """The pair on one line, None for a blank line, or the reason the line is bad."""
+    record = jsonl_record(raw, "an object with 'prompt' and 'target'")
+    if not isinstance(record, dict):
+        return record
     for key in ("prompt", "target"):
         if key not in record:
             return f"missing {key!r}"
@@ -74,13 +103,8 @@ def load_jsonl(path: str | Path, strict: bool = False) -> LoadReport:
     A bad line is skipped and reported as "file:line: reason"; strict=True raises DataFileError
     at the first one.
     """
-    try:
-        with open(path, "rb") as f:
-            raw_lines = f.read().split(b"\n")
-    except OSError as exc:
-        raise DataFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     errors, pairs = RecordErrors(path, strict), []
-    for number, raw in enumerate(raw_lines, start=1):
+    for number, raw in enumerate(read_lines(path), start=1):
         result = _jsonl_pair(raw)
         if isinstance(result, str):
             errors.add(number, result)

@@ -41,8 +41,11 @@ class Rewards:
 
 
 class RewardSource(Protocol):
-    def submit(self, completions: list[str], targets: list[str]) -> Any:
-        """Queue a chunk for scoring; returns a ticket. May return before scoring is done."""
+    def submit(self, completions: list[str], targets: list[Any], *, fields: list[Any] | None = None) -> Any:
+        """Queue a chunk for scoring; returns a ticket. May return before scoring is done.
+
+        fields: one mapping per item (the data fields its rewards take by name), or None.
+        """
         ...
 
     def collect(self, tickets: list[Any], timeout_s: float | None = None) -> Rewards:
@@ -50,8 +53,9 @@ class RewardSource(Protocol):
         ...
 
 
-# A plain scorer: (completions, targets) -> one float per item, or a full `Rewards`.
-ScoreFn = Callable[[list[str], list[str]], "Sequence[float] | Rewards"]
+# A plain scorer: (completions, targets[, fields]) -> one float per item, or a full `Rewards`.
+# It is given `fields` only for items that carry some (tasks whose rewards take data fields).
+ScoreFn = Callable[..., "Sequence[float] | Rewards"]
 
 
 class InlineRewards:
@@ -60,8 +64,10 @@ class InlineRewards:
     def __init__(self, score_fn: ScoreFn):
         self._score_fn = score_fn
 
-    def submit(self, completions: list[str], targets: list[str]) -> Rewards:
-        out = self._score_fn(completions, targets)
+    def submit(
+        self, completions: list[str], targets: list[Any], *, fields: list[Any] | None = None
+    ) -> Rewards:
+        out = call_scorer(self._score_fn, completions, targets, fields)
         if isinstance(out, Rewards):
             return out
         values = [float(v) for v in out]
@@ -71,3 +77,12 @@ class InlineRewards:
 
     def collect(self, tickets: list[Rewards], timeout_s: float | None = None) -> Rewards:
         return Rewards.concat(tickets)
+
+
+def call_scorer(
+    score_fn: ScoreFn, completions: list[str], targets: list[Any], fields: list[Any] | None
+) -> Any:
+    """`score_fn(completions, targets)`, with `fields` as a third argument only when there are some."""
+    if fields is None:
+        return score_fn(completions, targets)
+    return score_fn(completions, targets, fields)

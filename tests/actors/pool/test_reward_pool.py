@@ -11,7 +11,7 @@ import ray
 
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
-from actors.pool.reward_pool import RewardPool
+from actors.pool.reward_pool import RewardPool, _payload
 from rewards import (
     BAD_INPUT,
     STATUSES,
@@ -20,6 +20,7 @@ from rewards import (
     RewardConfig,
     RewardSpecError,
     Scorer,
+    UserRewardScorer,
     register_reward,
     unregister_reward,
 )
@@ -89,6 +90,25 @@ def test_scoring_progresses_while_the_caller_does_not_call_the_pool():
         assert rewards.stats["reward_wait_s"] < 0.05 and rewards.statuses == [
             r.status for r in Scorer(USER).score_batch(completions, targets)
         ]
+
+
+def test_items_with_fields_score_through_the_pool_inline_and_through_the_store():
+    scorer = UserRewardScorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:sum_of_fields")]))
+    pool = _pool(scorer, chunk_size=4096)
+    try:
+        for n, pad in ((64, 0), (512, 400)):  # 512 rows with 400-char fields: past the inline limit
+            rows = [{"a": i, "b": 2, "note": "x" * pad} for i in range(n)]
+            completions = [str(i + 2) if i % 3 else "?" for i in range(n)]
+            targets = [None] * n
+            in_store = isinstance(_payload(completions, targets, rows, 0), ray.ObjectRef)
+            assert in_store == (pad > 0)
+            results = pool.score(completions, targets, rows)
+            assert results == scorer.score_batch(completions, targets, rows)
+            assert sum(r.total for r in results) == n - len(range(0, n, 3))
+        with pytest.raises(ValueError, match="2 field rows for 3 completions"):
+            pool.submit(["1", "2", "3"], [None] * 3, fields=[{}, {}])
+    finally:
+        pool.shutdown()
 
 
 def test_second_pool_with_the_same_names_fails_clearly_and_another_prefix_works():

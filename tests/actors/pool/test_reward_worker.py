@@ -8,7 +8,7 @@ import pytest
 
 from actors.pool.codec import decode
 from actors.pool.worker import RewardWorker
-from rewards import ERROR, RewardConfig, Scorer
+from rewards import ERROR, RewardConfig, Scorer, UserRewardScorer
 from rewards.config import UserRewardSpec
 from service.bench.pool_workload import realistic_batch
 
@@ -36,3 +36,13 @@ def test_a_failing_score_batch_turns_every_item_into_an_error():
     out = decode(worker.score_chunk(("abc", [FEN] * 3)))
     assert [r.status for r in out] == [ERROR] * 3
     assert out[0].reason.startswith("score_batch failed: TypeError")
+
+
+def test_a_payload_with_fields_hands_each_item_its_row():
+    scorer = UserRewardScorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:sum_of_fields")]))
+    rows = [{"a": i, "b": 1} for i in range(6)]
+    completions = [str(i + 1) if i % 2 else "0" for i in range(6)]
+    worker = RewardWorker(scorer)
+    out = decode(worker.score_chunk((completions, [None] * 6, rows), 1, 5))
+    assert [r.total for r in out] == [1.0, 0.0, 1.0, 0.0]
+    assert out == scorer.score_batch(completions[1:5], [None] * 4, rows[1:5])

@@ -1,0 +1,64 @@
+"""`python -m service.train` on the `text` task end to end: JSONL rows, a reward taking row fields
+by name in the reward pool's workers, a stop string, and pass@k at the start and final evaluations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.addition.make_data import make, write_jsonl
+from service.run_files import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
+    train, held = make(seed=3, digits=2, train=400, held_out=16)
+    write_jsonl(tmp_path / "train.jsonl", train)
+    write_jsonl(tmp_path / "eval.jsonl", held)
+    run_dir = tmp_path / "run"
+    sets = [
+        "task.name=text",
+        f"task.path={tmp_path / 'train.jsonl'}",
+        f"task.eval_path={tmp_path / 'eval.jsonl'}",
+        "task.stop=['+']",
+        "reward.user=[{fn: 'examples.addition.reward:addition_reward'}]",
+        "model.block_size=32",
+        "sampling.max_new_tokens=6",
+        "grpo.eval_k=2",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(run_dir)]
+        + [arg for s in sets for arg in ("--set", s)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "[data] " in result.stdout and "400 training rows" in result.stdout
+
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    sampled = [e for e in evals if e["kind"] in ("start", "final")]
+    assert len(sampled) == 2 and all(e["k"] == 2 for e in sampled)
+    for e in evals:
+        assert e["count"] == 16 and e["valid_rate"] == 1.0  # the reward never fails on these rows
+        assert 0.0 <= e["reward_mean"] <= 1.0 and e["exact_match"] is not None
+        assert all("+" not in s["completion"] for s in e["samples"])  # the stop string ends them
+    for e in sampled:
+        assert 0.0 <= e["pass_at_1"] <= e["pass_at_k"] <= 1.0 and 0.0 <= e["mean_at_k"] <= 1.0
+    for e in (e for e in evals if e["kind"] == "periodic"):
+        assert "pass_at_k" not in e
+
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
+    assert metrics and all(m["reward_ok_frac"] == 1.0 for m in metrics)  # the fields reached the workers
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["final_eval"]["k"] == 2

@@ -1,0 +1,87 @@
+"""JSONL rows of the generic `text` task: a prompt, an optional target, and the row's other fields.
+
+    {"prompt": "12+30=", "target": "42", "a": 12, "b": 30}
+
+The prompt and target keys are configurable. Every key of a row is a field a user reward may take
+by name, and so is `prompt` (the prompt text, whatever its key); `completion` and `target` are the
+reward's own arguments, so a row key with one of those names is not a field. A file is loaded
+whole or refused: its first bad row is reported as "file:line: reason" with the count of the others.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from trainer.data.pairs import DataFileError, RecordErrors, jsonl_record, read_lines
+
+RESERVED_FIELDS = ("completion", "target")
+PROMPT_FIELD = "prompt"
+
+
+class TextRow(NamedTuple):
+    prompt: str
+    target: str | None  # None: the row has no target key (or null)
+    fields: dict[str, Any]  # the row's keys (reserved names left out) and "prompt"
+    where: str  # "file:line", for messages
+
+
+def _row(record: dict[str, Any], prompt_key: str, target_key: str, where: str) -> TextRow | str:
+    """The row of one JSON object, or the reason it cannot be one."""
+    if prompt_key not in record:
+        return f"missing {prompt_key!r} (task.prompt_key)"
+    prompt, target = record[prompt_key], record.get(target_key)
+    if not isinstance(prompt, str):
+        return f"{prompt_key!r} must be a string, got {type(prompt).__name__}"
+    if target is not None and not isinstance(target, str):
+        return f"{target_key!r} must be a string or null, got {type(target).__name__}"
+    fields = {k: v for k, v in record.items() if k not in RESERVED_FIELDS}
+    fields[PROMPT_FIELD] = prompt
+    return TextRow(prompt, target, fields, where)
+
+
+def load_text_rows(path: str | Path, prompt_key: str = "prompt", target_key: str = "target") -> list[TextRow]:
+    """Every row of a JSONL file (blank lines skipped); DataFileError naming the first bad row."""
+    errors, rows = RecordErrors(path, strict=False), []
+    for number, raw in enumerate(read_lines(path), start=1):
+        record = jsonl_record(raw)
+        if record is None:
+            continue
+        row = record if isinstance(record, str) else _row(record, prompt_key, target_key, f"{path}:{number}")
+        if isinstance(row, str):
+            errors.add(number, row)
+        else:
+            rows.append(row)
+    if errors.count:
+        more = f" (and {errors.count - 1} more bad rows)" if errors.count > 1 else ""
+        raise DataFileError(errors.messages[0] + more)
+    if not rows:
+        raise DataFileError(f"{path}: holds no rows")
+    return rows
+
+
+def split_held_out(rows: Sequence[TextRow], size: int, seed: int) -> tuple[list[TextRow], list[TextRow]]:
+    """(training rows, held-out rows): `size` distinct prompts drawn by a seeded shuffle are held
+    out, one row each, and every row with one of those prompts leaves the training set."""
+    prompts = list(dict.fromkeys(r.prompt for r in rows))
+    if size >= len(prompts):
+        raise ValueError(
+            f"{size} held-out prompts would leave no training rows ({len(prompts)} distinct prompts)"
+        )
+    random.Random(f"held-out:{seed}").shuffle(prompts)
+    held = set(prompts[:size])
+    first: dict[str, TextRow] = {}
+    for r in rows:
+        if r.prompt in held:
+            first.setdefault(r.prompt, r)
+    return [r for r in rows if r.prompt not in held], [first[p] for p in prompts[:size]]
+
+
+def without_prompts(rows: Sequence[TextRow], prompts: set[str]) -> list[TextRow]:
+    """The rows whose prompt is not in `prompts` (training rows never hold a held-out prompt)."""
+    return [r for r in rows if r.prompt not in prompts]
+
+
+__all__ = ["DataFileError", "TextRow", "load_text_rows", "split_held_out", "without_prompts"]
