@@ -42,7 +42,7 @@ SETS = (
     "pool.min_chunk_size=4",
     "run.num_cpus=4",
     "run.eval_samples=0",
-    "run.log_every=1000",
+    "run.log_every=1",  # the sampler reads the last step from the progress records
 )
 
 
