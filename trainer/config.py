@@ -170,7 +170,11 @@ class OptimConfig(Frozen):
 class PrecisionConfig(Frozen):
     """Numerics: bf16 = autocast to bfloat16 with fp32 master weights and no GradScaler."""
 
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="auto: bf16 where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+        "with AVX512-BF16 or AMX), else fp32; the choice is recorded in the run's runtime.json",
+    )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 
 

@@ -204,7 +204,10 @@ class Trainer:
             ref.to(self.device)
         try:
             with torch.no_grad(), self.precision.autocast():
-                return [completion_logprobs(ref, r, self.cfg.sampling.temperature)[0] for r in rollouts]
+                return [
+                    completion_logprobs(ref, r, self.cfg.sampling.temperature, entropy=False)[0]
+                    for r in rollouts
+                ]
         finally:
             if moved:
                 ref.to("cpu")

@@ -127,7 +127,7 @@ def _cached_decoder(
     device, k = ids.device, cfg.group_size
     dtype = _compute_dtype(model, device)
     prefix = KVCache.for_model(model.config, ids.shape[0], ids.shape[1], device=device, dtype=dtype)
-    first = model(ids, positions_from_mask(mask), mask, kv_cache=prefix)[:, -1]  # [B, V]
+    first = model(ids, positions_from_mask(mask), mask, kv_cache=prefix, logits_to_keep=1)[:, -1]  # [B, V]
     step_fn = _decode_step_fn(device, cfg.compile, cfg.cuda_graphs)
     compiled = step_fn is not decode_step
     n = ids.shape[0] * k
@@ -159,12 +159,12 @@ def _full_decoder(
     seq_mask = torch.ones_like(seq, dtype=torch.bool)
     seq_mask[:, :p] = mask.repeat_interleave(k, dim=0)
     seq_pos = positions_from_mask(seq_mask)
-    first = model(seq[:, :p], seq_pos[:, :p], seq_mask[:, :p])[:, -1]
+    first = model(seq[:, :p], seq_pos[:, :p], seq_mask[:, :p], logits_to_keep=1)[:, -1]
 
     def step(tokens: Tensor, t: int) -> Tensor:
         end = p + t + 1
         seq[:, end - 1] = tokens
-        return model(seq[:, :end], seq_pos[:, :end], seq_mask[:, :end])[:, -1]
+        return model(seq[:, :end], seq_pos[:, :end], seq_mask[:, :end], logits_to_keep=1)[:, -1]
 
     return first, step
 
