@@ -44,7 +44,9 @@ class ModelConfig(Frozen):
     block_size: int = Field(256, ge=16, description="max tokens in BOS+prompt+SEP+completion+EOS")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     gradient_checkpointing: bool = False
-    compile: bool = Field(False, description="torch.compile the training forward (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -96,7 +98,9 @@ class SamplingConfig(Frozen):
     prompts_per_microbatch: int = Field(
         4, ge=1, description="prompts sampled together; scored while the next is sampled"
     )
-    compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the decode step (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
 
 

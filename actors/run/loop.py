@@ -31,7 +31,9 @@ from actors.pool.config import PoolConfig
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
+from actors.run.threads import apply_threads
 from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
@@ -57,6 +59,19 @@ class LoopSpec:
     eval_pairs: list[Pair]
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
+    torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+
+
+def runtime_settings(trainer: Trainer) -> dict[str, Any]:
+    """What this worker computes with, where the config leaves it to the machine."""
+    cfg, compilable = trainer.cfg, compile_unsupported_reason(trainer.device) is None
+    return {
+        "device": str(trainer.device),
+        "precision": trainer.precision.dtype,
+        "precision_reason": trainer.precision.reason,
+        "model_compile": cfg.model.compile and compilable,
+        "sampling_compile": cfg.sampling.compile and compilable,
+    }
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -73,9 +88,11 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
+        threads = apply_threads(spec.torch_threads, context.get_local_world_size())
         self.trainer = Trainer(
             spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device, stop=spec.task.stop
         )
+        self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
@@ -90,7 +107,9 @@ class WorkerLoop:
             # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
             torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
             step = self.restore()
-            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            self._publish(
+                START, {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime}
+            )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")
             data = StepData(self.schedule, self._source(), self.rank, self.world)

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 
 from service.bench.grpo import GRPOPlan
 from service.bench.machine import usable_cores
+from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "peer")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # the peer needs its own venv: asked for by name
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -25,7 +27,8 @@ class BenchPlan:
     sampling: SamplingPlan
     train_step: TrainStepPlan
     grpo: GRPOPlan
-    sections: tuple[str, ...] = field(default=SECTIONS)
+    peer: PeerPlan = field(default_factory=PeerPlan)
+    sections: tuple[str, ...] = field(default=DEFAULT_SECTIONS)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.sections if s not in SECTIONS]
@@ -43,6 +46,7 @@ def quick_plan() -> BenchPlan:
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
         grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
+        peer=PeerPlan(steps=6, rounds=1),
     )
 
 
@@ -54,4 +58,5 @@ def full_plan() -> BenchPlan:
         sampling=SamplingPlan(repeats=5),
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
+        peer=PeerPlan(steps=12, rounds=3),
     )

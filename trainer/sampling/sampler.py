@@ -76,7 +76,7 @@ def decode_step(model: GPT, tokens: Tensor, position_ids: Tensor, cache: KVCache
 
 @functools.lru_cache(maxsize=8)
 def _decode_step_fn(device: torch.device, compile_: bool, cuda_graphs: bool) -> Callable:
-    mode = "reduce-overhead" if cuda_graphs else None
+    mode = "reduce-overhead" if cuda_graphs and device.type == "cuda" else None  # CUDA graphs: CUDA only
     return maybe_compile(
         decode_step,
         device=device,
@@ -137,7 +137,7 @@ def _cached_decoder(
         cache = KVCache.for_model(model.config, n, max_len, device=device, dtype=dtype)
     cache.load_repeated(prefix, k)
     next_pos = mask.sum(1).repeat_interleave(k)  # [N] position of the first completion token
-    mark_step = compiled and cfg.cuda_graphs
+    mark_step = compiled and cfg.cuda_graphs and device.type == "cuda"
 
     def step(tokens: Tensor, t: int) -> Tensor:
         if mark_step:

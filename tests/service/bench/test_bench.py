@@ -41,6 +41,9 @@ HEADLINE_KEYS = {
     "pool2_vs_inprocess",
     "reward_wait_fraction",
     "grpo_completions_per_s",
+    "grpo_completions_per_s_default",
+    "step_roofline_fraction",
+    "peer_completions_per_s",
     "bf16_vs_fp32_speedup",
     "mfu",
 }
