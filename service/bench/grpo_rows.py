@@ -55,8 +55,12 @@ def reference_rows() -> list[Row]:
     ]
 
 
-def shipped_rows(device: str, threads: int) -> tuple[list[Row], list[str]]:
-    """The rows after the reference that apply here, and a note for each one that does not."""
+def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[list[Row], list[str], str]:
+    """The rows after the reference that apply here, a note for each one that does not, and the
+    name of the row with the shipped settings (`REFERENCE_ROW` when they add nothing to it).
+
+    A compile row is measured wherever compile is supported; when the shipped settings do not
+    compile, it comes last, is marked "not shipped", and is left out with `unshipped=False`."""
     ship = shipped_settings(device)
     rows: list[Row] = []
     notes: list[str] = []
@@ -73,12 +77,16 @@ def shipped_rows(device: str, threads: int) -> tuple[list[Row], list[str]]:
         rows.append((f"+ {ship['precision']} autocast ({ship['precision_reason']})", dict(updates), dict(options)))
     else:
         notes.append(f"No bf16 row: {ship['precision_reason']}.")
-    if ship["model.compile"] or ship["sampling.compile"]:
-        updates = {**updates, "model.compile": ship["model.compile"], "sampling.compile": ship["sampling.compile"]}
-        rows.append(("+ torch.compile (training forward/backward, decode step)", dict(updates), dict(options)))
+    shipped_compile = ship["model.compile"] or ship["sampling.compile"]
+    default = rows[-1][0] if rows else REFERENCE_ROW
+    if compile_unsupported_reason(device) is None and (shipped_compile or unshipped):
+        compiled = {**updates, "model.compile": True, "sampling.compile": True}
+        name = "+ torch.compile (training forward/backward, decode step)"
+        rows.append((name if shipped_compile else name + ", not shipped", compiled, dict(options)))
+        default = rows[-1][0] if shipped_compile else default
     else:
-        notes.append("No compile row: the shipped settings do not compile here.")
+        notes.append(f"No compile row: {compile_unsupported_reason(device) or 'not shipped (quick plan)'}.")
     if device == "cuda":
-        updates = {**updates, "sampling.compile": True, "sampling.cuda_graphs": True}
+        updates = {**updates, "model.compile": True, "sampling.compile": True, "sampling.cuda_graphs": True}
         rows.append(("+ CUDA graphs of the decode step", dict(updates), dict(options)))
-    return rows, notes
+    return rows, notes, default

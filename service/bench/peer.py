@@ -64,12 +64,11 @@ def run_peer(python: Path, script: Path, plan: PeerPlan) -> dict[str, Any]:
 
 
 def _our_trials(runner: Runner, base: dict[str, Any], device: str, threads: int) -> dict[str, dict[str, Any]]:
-    rows = {name: (updates, options) for name, updates, options in reference_rows()}
-    later, _ = shipped_rows(device, threads)
-    shipped = later[-1] if later else (REFERENCE_ROW, *rows[REFERENCE_ROW])
+    later, _, default = shipped_rows(device, threads)
+    rows = {name: (updates, options) for name, updates, options in reference_rows() + later}
     return {
         "ours, fp32 reference": runner.kwargs(with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]),
-        "ours, shipped settings": runner.kwargs(with_updates(base, shipped[1]), shipped[2]),
+        "ours, shipped settings": runner.kwargs(with_updates(base, rows[default][0]), rows[default][1]),
     }
 
 

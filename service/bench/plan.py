@@ -45,7 +45,7 @@ def quick_plan() -> BenchPlan:
         reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=5, dispatch_calls=50),
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
-        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
+        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False, unshipped_rows=False),
         peer=PeerPlan(steps=6, rounds=1),
     )
 
