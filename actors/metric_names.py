@@ -66,7 +66,11 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("unusable_groups", "train", "groups with a reward that could not be used"),
     _m("reward_ok_frac", "train", "share of completions scored with status ok"),
     _m("truncated_frac", "train", "share of completions cut at sampling.max_new_tokens (no EOS)"),
-    _m("kl_reward_penalty", "train", "mean beta * summed KL taken from each reward (grpo.kl_placement=reward)"),
+    _m(
+        "kl_reward_penalty",
+        "train",
+        "mean beta * summed KL taken from each reward (grpo.kl_placement=reward)",
+    ),
     _m("step_time_s", "time", "wall time of the step", export=True),
     _m("sample_s", "time", "sampling the step's completions", export=True),
     _m("reward_wait_s", "time", "time the step blocked waiting for rewards", export=True),

@@ -131,10 +131,12 @@ class GRPOConfig(Frozen):
         "old log-probs stay those of the policy that sampled",
     )
     kl_estimator: KLEstimator = Field(
-        "k3", description="KL(policy || reference) per token: k1 = log-ratio, k2 = half its square, k3 = exp(-r)+r-1"
+        "k3",
+        description="KL(policy || reference) per token: k1 = log-ratio, k2 = half its square, k3 = exp(-r)+r-1",
     )
     kl_placement: Literal["loss", "reward"] = Field(
-        "loss", description="beta * KL in the loss, or subtracted from each completion's reward (verl use_kl_in_reward)"
+        "loss",
+        description="beta * KL in the loss, or subtracted from each completion's reward (verl use_kl_in_reward)",
     )
     ratio_level: RatioLevel = Field(
         "token", description="importance ratio per token (PPO/GRPO) or per sequence (GSPO: geometric mean)"
@@ -210,7 +212,8 @@ class SFTConfig(Frozen):
     lr: float = Field(1e-3, gt=0.0)
     warmup_steps: int = Field(20, ge=0)
     lr_schedule: LRSchedule = Field(
-        "constant", description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step"
+        "constant",
+        description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
     )
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="final lr / lr of a cosine or linear decay")
 
@@ -224,7 +227,8 @@ class OptimConfig(Frozen):
     grad_clip: float | None = Field(1.0, gt=0.0)
     warmup_steps: int = Field(0, ge=0)
     lr_schedule: LRSchedule = Field(
-        "constant", description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step"
+        "constant",
+        description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
     )
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="final lr / lr of a cosine or linear decay")
     max_consecutive_skips: int = Field(
@@ -262,6 +266,14 @@ class TrainerConfig(Frozen):
         if self.sampling.group_size < 2 and self.grpo.steps > 0:
             # The group mean is subtracted in every scale, so one completion per prompt has advantage 0.
             raise ValueError("sampling.group_size must be >= 2 for GRPO: with K=1 every advantage is 0")
+        g, rows = self.grpo, self.grpo.prompts_per_step * self.sampling.group_size
+        if g.minibatches > rows:
+            raise ValueError(f"grpo.minibatches ({g.minibatches}) must be <= the rows of a step ({rows})")
+        if g.overlong == "penalty" and g.overlong_buffer > self.sampling.max_new_tokens:
+            raise ValueError(
+                f"grpo.overlong_buffer ({g.overlong_buffer}) must be <= sampling.max_new_tokens "
+                f"({self.sampling.max_new_tokens})"
+            )
         if self.sampling.cuda_graphs and not self.sampling.compile:
             raise ValueError("sampling.cuda_graphs needs sampling.compile=true")
         return self

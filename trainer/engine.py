@@ -107,13 +107,18 @@ class Trainer:
     def optimizer(self, phase: str) -> GuardedOptimizer:
         """The phase's optimiser ('sft' or 'grpo'), built on first use: GRPO starts with fresh moments."""
         if phase not in self.optimizers:
+            c = self.cfg
             if phase == "sft":
-                lr, warmup = self.cfg.sft.lr, self.cfg.sft.warmup_steps
+                lr, warmup, sched, total = c.sft.lr, c.sft.warmup_steps, c.sft, c.sft.steps
             elif phase == "grpo":
-                lr, warmup = self.cfg.optim.lr, self.cfg.optim.warmup_steps
+                lr, warmup, sched = c.optim.lr, c.optim.warmup_steps, c.optim
+                total = c.grpo.steps * c.grpo.epochs * c.grpo.minibatches  # optimiser steps of the phase
             else:
                 raise ValueError(f"phase must be 'sft' or 'grpo', got {phase!r}")
-            self.optimizers[phase] = GuardedOptimizer(self.model, lr, warmup, self.cfg.optim, self.precision)
+            self.optimizers[phase] = GuardedOptimizer(
+                self.model, lr, warmup, c.optim, self.precision,
+                schedule=sched.lr_schedule, total_steps=total, min_lr_ratio=sched.min_lr_ratio,
+            )  # fmt: skip
         return self.optimizers[phase]
 
     def reference(self) -> GPT | None:

@@ -27,7 +27,10 @@ def minibatch_rows(in_loss: Tensor, minibatches: int, generator: torch.Generator
     kept = torch.nonzero(in_loss, as_tuple=True)[0]
     rest = torch.nonzero(~in_loss, as_tuple=True)[0]
     order = torch.cat(
-        [kept[torch.randperm(kept.numel(), generator=generator)], rest[torch.randperm(rest.numel(), generator=generator)]]
+        [
+            kept[torch.randperm(kept.numel(), generator=generator)],
+            rest[torch.randperm(rest.numel(), generator=generator)],
+        ]
     )
     return [order[j::minibatches].sort().values for j in range(minibatches)]
 

@@ -42,7 +42,10 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int, penalty:
 
 def shifted(rewards: Rewards, delta: Tensor) -> Rewards:
     """`rewards` with delta `[N]` added to every usable value (an unusable one stays unusable)."""
-    values = [v + float(d) if u else v for v, d, u in zip(rewards.values, delta.tolist(), rewards.usable, strict=True)]
+    values = [
+        v + float(d) if u else v
+        for v, d, u in zip(rewards.values, delta.tolist(), rewards.usable, strict=True)
+    ]
     return Rewards(values=values, usable=rewards.usable, statuses=rewards.statuses, stats=rewards.stats)
 
 
@@ -59,7 +62,9 @@ class Shaped:
         """The mean of the task's own rewards, given the mean of the shaped ones over usable groups."""
         if not bool(self.delta.any()):
             return shaped_mean
-        usable = torch.tensor(self.rewards.usable).view(-1, group_size).all(dim=1).repeat_interleave(group_size)
+        usable = (
+            torch.tensor(self.rewards.usable).view(-1, group_size).all(dim=1).repeat_interleave(group_size)
+        )
         return shaped_mean - float(self.delta[usable].mean()) if bool(usable.any()) else shaped_mean
 
 

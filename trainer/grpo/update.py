@@ -93,7 +93,10 @@ class GRPOUpdate:
     ) -> None:
         self.ctx, self.opt, self.cfg = ctx, opt, cfg
         self.sizes = [r.num_rows for r in rollouts]
-        split = [getattr(selection, f).to(ctx.device).split(self.sizes) for f in ("advantages", "row_weight", "kl_weight")]
+        split = [
+            getattr(selection, f).to(ctx.device).split(self.sizes)
+            for f in ("advantages", "row_weight", "kl_weight")
+        ]
         refs = ref_logprobs if ref_logprobs is not None else [None] * len(rollouts)
         self.parts = [_Part(*p) for p in zip(rollouts, *split, refs, strict=True)]
         self.in_loss = (selection.row_weight > 0) | (selection.kl_weight > 0)  # [N] host
@@ -115,7 +118,9 @@ class GRPOUpdate:
         with torch.no_grad():
             for i, part in enumerate(self.parts):
                 with self.ctx.precision.autocast():
-                    logprobs, entropy = completion_logprobs(self.ctx.model, part.rollout, self.ctx.temperature)
+                    logprobs, entropy = completion_logprobs(
+                        self.ctx.model, part.rollout, self.ctx.temperature
+                    )
                 self._record_old(i, logprobs, entropy)
 
     def _denominators(self, rows: Sequence[Tensor | None]) -> Tensor:
@@ -190,7 +195,11 @@ class GRPOUpdate:
             if cfg.minibatches > 1:
                 self._old_pass()
             for _ in range(cfg.epochs):
-                plan = [None] if cfg.minibatches == 1 else minibatch_rows(self.in_loss, cfg.minibatches, generator)
+                plan = (
+                    [None]
+                    if cfg.minibatches == 1
+                    else minibatch_rows(self.in_loss, cfg.minibatches, generator)
+                )
                 for rows in plan:
                     result = self._optimiser_step(rows, metrics)
         s = self.sums
