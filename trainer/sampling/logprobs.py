@@ -13,16 +13,21 @@ from torch import Tensor, nn
 from trainer.sampling.rollout import Rollout
 
 
+def _at_least_fp32(t: Tensor) -> Tensor:
+    """float32, or float64 when `t` already is (hand-checked maths in float64 stay float64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """log softmax(logits)[target] `[B, T]` float32 for logits `[B, T, V]` and targets `[B, T]`."""
-    logits = logits.float()
+    """log softmax(logits)[target] `[B, T]` float32 (float64 for float64 logits) for logits `[B, T, V]`."""
+    logits = _at_least_fp32(logits)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
 
 
 def token_entropy(logits: Tensor) -> Tensor:
     """Entropy `[B, T]` float32 of softmax(logits) for logits `[B, T, V]`."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(_at_least_fp32(logits), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 
@@ -49,7 +54,7 @@ def completion_logprobs(
     logits = model(
         rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1], logits_to_keep=length
     )
-    logits = logits.float() / temperature  # [N, L, V]
+    logits = _at_least_fp32(logits) / temperature  # [N, L, V]
     keep = rollout.completion_mask
     logp = token_logprobs(logits, rollout.input_ids[:, p:]).masked_fill(~keep, 0.0)
     if not entropy:
