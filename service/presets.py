@@ -8,6 +8,10 @@
   vocabulary, GPT-2's 124M counting a 50k-token embedding) in bf16, one DDP rank per GPU, a
   reward pool sized for CPU nodes.
 
+- `hf-smoke` / `hf-demo`: the same two on a tiny `transformers` Llama-architecture model made in
+  the run directory (model.source=hf): the whole HF pipeline ending with `export/`, and SFT then
+  GRPO on the FEN task.
+
 A preset holds only what differs from the defaults of the typed configs.
 """
 
@@ -55,4 +59,23 @@ _GPT2_4090: dict[str, Any] = {
     "scaling": {"num_workers": 2, "use_gpu": True, "cpus_per_worker": 4.0, "gpus_per_worker": 1.0},
 }
 
-PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "demo": _DEMO, "gpt2-4090": _GPT2_4090}
+# model.source=hf without model.path: a tiny random Llama-architecture model (2 layers, 128 wide, a
+# character tokenizer) is made in the run directory (`service.tiny_model`); --set model.path=DIR
+# trains any other local transformers model instead.
+_HF_SMOKE: dict[str, Any] = {**_SMOKE, "model": {"source": "hf"}}
+
+_HF_DEMO: dict[str, Any] = {
+    **_DEMO,
+    "model": {"source": "hf"},
+    "sft": {"steps": 300, "batch_size": 64, "lr": 2e-3, "warmup_steps": 20},
+    "grpo": {"steps": 60, "prompts_per_step": 16, "eval_every": 20, "beta": 0.04},
+    "run": {"dashboard": False},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": _SMOKE,
+    "demo": _DEMO,
+    "gpt2-4090": _GPT2_4090,
+    "hf-smoke": _HF_SMOKE,
+    "hf-demo": _HF_DEMO,
+}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainer.policy.base import Policy, PolicyTokenizer, Reference
+from trainer.policy.base import Policy, PolicyTokenizer, PromptFormat, Reference
 from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.char_tokenizer import SPECIAL_TOKENS, CharTokenizer, UnknownCharacterError
 from trainer.policy.gpt import GPT, attention_mask, positions_from_mask
@@ -14,7 +14,6 @@ from trainer.policy.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from trainer.config import TrainerConfig
-    from trainer.policy.hf_tokenizer import PromptFormat
 
 
 def build_policy(
@@ -39,6 +38,7 @@ __all__ = [
     "KVCache",
     "Policy",
     "PolicyTokenizer",
+    "PromptFormat",
     "Reference",
     "UnknownCharacterError",
     "attention_mask",

@@ -20,13 +20,20 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 from trainer.config import SamplingConfig
 
 Step = Callable[[Tensor, int], Tensor]  # (tokens [N], step index) -> next logits [N, V]
+
+
+class PromptFormat(NamedTuple):
+    """How a prompt's text becomes the model's input (read by tokenizers that have a chat template)."""
+
+    chat_template: bool = False  # render the prompt as a user message through the chat template
+    system: str | None = None  # an optional system message before it
 
 
 class PolicyTokenizer(Protocol):
