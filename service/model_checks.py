@@ -8,7 +8,7 @@ not fit the model's positions. Only configs and tokenizers are loaded here, neve
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -40,8 +40,11 @@ def check_hf_model(cfg: ServiceConfig, prompts: Sequence[str]) -> None:
     if m.source != "hf":
         return
     for module, extra, key in (("transformers", "hf", "model.source=hf"), ("peft", "lora", "model.lora")):
-        if (module == "transformers" or m.lora is not None) and importlib.util.find_spec(module) is None:
-            raise ConfigError(f"{key} needs {module}, which is not installed: pip install -e '.[{extra}]'")
+        if module == "transformers" or m.lora is not None:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ConfigError(f"{key} needs {module}, which is not installed: pip install -e '.[{extra}]'") from None
     _check_path(m.path, m.trust_remote_code)
     try:
         from trainer.policy.hf import load_tokenizer
