@@ -91,7 +91,9 @@ class EngineJudge:
                 )
                 engine.configure({"Threads": 1, "Hash": self.cfg.hash_mb})
             except Exception as exc:
-                raise EngineUnavailable(f"chess engine {binary} did not start: {type(exc).__name__}: {exc}") from exc
+                raise EngineUnavailable(
+                    f"chess engine {binary} did not start: {type(exc).__name__}: {exc}"
+                ) from exc
             self._engine, self._owner_pid = engine, os.getpid()
             # python-chess runs each engine on a non-daemon thread, which the interpreter joins at
             # exit before atexit handlers run: quit the engine from the hook that runs earlier.
@@ -127,7 +129,12 @@ class EngineJudge:
             _quit(engine)
 
     def __getstate__(self) -> dict[str, object]:
-        return {"cfg": self.cfg, "_engine": None, "_owner_pid": None, "_finalizer": None}  # a process never travels
+        return {
+            "cfg": self.cfg,
+            "_engine": None,
+            "_owner_pid": None,
+            "_finalizer": None,
+        }  # a process never travels
 
 
 def _at_thread_shutdown(fn: weakref.finalize) -> None:

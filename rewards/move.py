@@ -81,7 +81,11 @@ class MoveScorer(Scorer):
             return {"legal": 0.0}, 0.0, UNPARSABLE
         loss = self.cp_loss(board, move)
         quality = 1.0 / (1.0 + loss / self.engine_config.cp_scale)
-        return {"legal": 1.0, "quality": quality, "cp_loss": loss}, LEGAL_FLOOR + (1 - LEGAL_FLOOR) * quality, OK
+        return (
+            {"legal": 1.0, "quality": quality, "cp_loss": loss},
+            LEGAL_FLOOR + (1 - LEGAL_FLOOR) * quality,
+            OK,
+        )
 
     def best(self, board: chess.Board) -> Judgement:
         """The engine's move in `board` (searched once per position and scorer)."""

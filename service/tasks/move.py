@@ -55,7 +55,8 @@ class MoveTask(Task):
             raise ValueError(str(exc)) from None
         scorer = MoveScorer(cfg.reward, cfg.task.engine)
         check_reward_fields(
-            scorer, lambda name: None if name in ("target", "fen") else "the move task's items (fen and target)"
+            scorer,
+            lambda name: None if name in ("target", "fen") else "the move task's items (fen and target)",
         )
         return cls(cfg.data, cfg.reward, cfg.task.engine, cfg.task.train_positions)
 
