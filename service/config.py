@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from actors.pool.config import PoolConfig
 from rewards import RewardConfig
+from rewards.config import EngineConfig
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
 
@@ -54,6 +55,18 @@ class TaskConfig(Frozen):
     stop: list[str] = Field(
         default_factory=list, description="text: strings that end a completion (besides EOS)"
     )
+    engine: EngineConfig = Field(
+        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+    )
+    train_positions: int = Field(
+        2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
+    )
+    chat_template: bool = Field(
+        False,
+        description="model.source=hf: render each prompt as a user message through the tokenizer's chat "
+        "template (instruct models)",
+    )
+    system: str | None = Field(None, description="with chat_template: a system message before each prompt")
 
     @field_validator("stop")
     @classmethod
@@ -163,6 +176,14 @@ class ServiceConfig(TrainerConfig):
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
+    def _check_prompt_format(self) -> ServiceConfig:
+        if self.task.chat_template and self.model.source != "hf":
+            raise ValueError("task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)")
+        if self.task.system is not None and not self.task.chat_template:
+            raise ValueError("task.system is read only with task.chat_template: true")
+        return self
+
+    @model_validator(mode="after")
     def _check_task_keys(self) -> ServiceConfig:
         from service.tasks import check_task_config
 
@@ -186,6 +207,13 @@ class ServiceConfig(TrainerConfig):
                 f"scaling.num_workers ({workers})"
             )
         return self
+
+
+def prompt_format(cfg: ServiceConfig):
+    """How the policy's tokenizer renders prompts (`trainer.policy.PromptFormat`)."""
+    from trainer.policy.base import PromptFormat
+
+    return PromptFormat(cfg.task.chat_template, cfg.task.system)
 
 
 def trainer_config(cfg: ServiceConfig) -> TrainerConfig:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.bench.grpo import GRPOPlan
+from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
 from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo", "peer")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "peer")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # the peer needs its own venv: asked for by name
 
 
@@ -27,6 +28,7 @@ class BenchPlan:
     sampling: SamplingPlan
     train_step: TrainStepPlan
     grpo: GRPOPlan
+    hf: HFPlan = HFPlan()
     peer: PeerPlan = field(default_factory=PeerPlan)
     sections: tuple[str, ...] = field(default=DEFAULT_SECTIONS)
 
@@ -58,5 +60,6 @@ def full_plan() -> BenchPlan:
         sampling=SamplingPlan(repeats=5),
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
+        hf=HFPlan(steps=6, warmup=2),
         peer=PeerPlan(steps=12, rounds=3),
     )

@@ -27,6 +27,8 @@ HEADLINE_TARGETS: dict[str, str] = {
     "peer_completions_per_s": "TRL GRPOTrainer, fp32, same work (--sections peer)",
     "bf16_vs_fp32_speedup": "GPU only (124M model)",
     "mfu": "GPU only (124M model, bf16)",
+    "hf_completions_per_s": "the transformers policy's GRPO step (tiny GPT-2, fp32)",
+    "hf_vs_builtin": ">= 0.7 (hf over the built-in GPT at equal shapes, work and settings)",
 }
 
 

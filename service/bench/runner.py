@@ -12,6 +12,9 @@ from typing import Any
 import ray
 
 from service.bench.grpo import GRPO_HEADLINE, bench_grpo
+from service.bench.hf import HEADLINE as HF_HEADLINE
+from service.bench.hf import TITLE as HF_TITLE
+from service.bench.hf import bench_hf
 from service.bench.machine import load_average, machine_info, usable_cores
 from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
@@ -42,6 +45,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
         GRPO_HEADLINE,
         lambda p: bench_grpo(p.grpo),
     ),
+    "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
     "peer": (("6. The TRL peer on the same work",), ("peer_completions_per_s",), lambda p: bench_peer(p.peer, p.grpo)),
 }
 
