@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import trainer.compile as compile_helper
-import trainer.sampling.sampler as sampler_module
+import trainer.policy.gpt_decoding as decoding_module
 from service.bench.sampling import MODES, SamplingPlan, measure_size
 from trainer.config import ModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
@@ -168,7 +168,7 @@ def _no_cxx(monkeypatch):
     """A machine without a C++ compiler: inductor's CPU backend cannot build, so no compile."""
     monkeypatch.setattr(compile_helper.shutil, "which", lambda name: None)
     monkeypatch.setattr(compile_helper, "_warned", set())
-    sampler_module._decode_step_fn.cache_clear()
+    decoding_module._decode_step_fn.cache_clear()
 
 
 def test_compile_request_without_a_compiler_falls_back_with_one_warning(caplog, monkeypatch):
@@ -178,7 +178,7 @@ def test_compile_request_without_a_compiler_falls_back_with_one_warning(caplog, 
     with caplog.at_level(logging.WARNING, logger="trainer.compile"):
         for _ in range(2):
             compiled = generate(model, prompts(), cfg(compile=True, cuda_graphs=True), tok, greedy=True)
-    sampler_module._decode_step_fn.cache_clear()
+    decoding_module._decode_step_fn.cache_clear()
     assert torch.equal(compiled.input_ids, eager.input_ids)
     warnings = [r.getMessage() for r in caplog.records if "decode step" in r.getMessage()]
     assert len(warnings) == 1 and "no C++ compiler" in warnings[0] and "running eagerly" in warnings[0]
