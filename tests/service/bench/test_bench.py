@@ -46,6 +46,7 @@ HEADLINE_KEYS = {
     "mfu",
     "hf_completions_per_s",
     "hf_vs_builtin",
+    "hf_vs_peer",
 }
 
 
