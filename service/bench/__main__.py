@@ -8,7 +8,7 @@ import logging
 import shlex
 import sys
 
-from service.bench.plan import DEFAULT_SECTIONS, SECTIONS, full_plan, quick_plan
+from service.bench.plan import OPTIONAL_SECTIONS, SECTIONS, full_plan, quick_plan
 from service.bench.results import HEADLINE_TARGETS, fmt, write_results
 from service.bench.runner import run_bench
 
@@ -20,11 +20,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", required=True, help="directory for bench.json and bench.md")
     parser.add_argument(
-        "--sections",
-        nargs="+",
-        choices=SECTIONS,
-        default=list(DEFAULT_SECTIONS),
-        help="run only these sections (default: all but `peer`, which needs the peer's own venv)",
+        "--sections", nargs="+", choices=SECTIONS + OPTIONAL_SECTIONS, default=list(SECTIONS),
+        help=f"run only these sections ({', '.join(OPTIONAL_SECTIONS)}: only when named)",
     )
     return parser.parse_args(argv)
 

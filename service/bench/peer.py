@@ -1,13 +1,21 @@
-"""Section 6 (`--sections peer`): the TRL peer on the same work, alternating with ours.
+"""Section 7 (only with `--sections peer`): this service against the TRL peer on the same work.
 
-The peer (`../shared/peers/trl_grpo_bench.py`: TRL's `GRPOTrainer`, fp32, a 2-layer 128-wide GPT-2
-over a character vocabulary, 8 prompts x K = 8 of at most 64 tokens, beta 0.04) runs in its own
-virtual environment and process; it is never a dependency of this project. Each round runs the
-peer, then our fp32 reference configuration, then our shipped settings (each in a fresh process),
-so background load falls on all three alike; figures are medians over the rounds' steps.
+The peer (`../shared/peers/trl_grpo_bench.py`, TRL's `GRPOTrainer` in a virtual environment of
+its own, never a dependency of this project) trains a randomly initialised GPT-2 (2 layers, 128
+wide, 4 heads, character tokenizer) on 8 prompts x 8 completions of at most 64 tokens per step,
+beta 0.04, fp32: its best settings on a CPU. Each round runs, each in a fresh process where it
+matters, so background load falls on all of them alike:
+
+1. the peer;
+2. our built-in GPT in the fp32 reference configuration (the `grpo_completions_per_s` headline's
+   trial: SFT-warm policy, streamed pool scoring);
+3. the same with the settings the service ships for this machine (`grpo_completions_per_s_default`);
+4. our transformers policy on the peer's model shape with the shipped defaults (in-process scoring).
+
+Headlines: `peer_completions_per_s` (median over the rounds' runs) and `hf_vs_peer` (4 over 1).
 
     GRPO_PEER_PYTHON   the peer venv's python (default ~/trl-venv/bin/python)
-    GRPO_PEER_SCRIPT   the peer script (default <repo>/../shared/peers/trl_grpo_bench.py)
+    GRPO_PEER_DIR      the folder of trl_grpo_bench.py (default <repo>/../shared/peers)
 """
 
 from __future__ import annotations
@@ -16,109 +24,105 @@ import json
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 
 from service.bench.grpo import GRPOPlan, Runner, reference_config, with_updates
 from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows
+from service.bench.hf import HFPlan, bench_rates
 from service.bench.isolated import run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 
-REPO = Path(__file__).resolve().parents[2]
-TARGETS = {"ours, fp32 reference": 2.5, "ours, shipped settings": 4.0}
+TITLE = "7. This service against the TRL peer"
+HEADLINE = ("peer_completions_per_s", "hf_vs_peer")
+PEER_DIR = Path(os.environ.get("GRPO_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers"))
+PEER_PYTHON = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
+TARGETS = {"built-in GPT, fp32 reference": 2.5, "built-in GPT, shipped settings": 4.0, "hf policy, shipped": 2.0}
 
 
 @dataclass(frozen=True)
 class PeerPlan:
-    steps: int = 12  # the peer's timed steps per round (after its own 2 warm-up steps)
     rounds: int = 2
+    peer_steps: int = 6  # timed steps of one peer run (after its own 2 warm-up steps)
     threads: int = 2
-    timeout_s: float = 900.0
+    ours: HFPlan = field(default_factory=lambda: HFPlan(steps=4, warmup=1, prompts=8, group_size=8, max_new_tokens=64))
 
 
-def find_peer() -> tuple[Path, Path] | str:
-    """(python, script) of the installed peer, or why it cannot run."""
-    python = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
-    script = Path(os.environ.get("GRPO_PEER_SCRIPT", REPO.parent / "shared" / "peers" / "trl_grpo_bench.py"))
-    if not script.is_file():
-        return f"no peer script at {script} (set GRPO_PEER_SCRIPT)"
-    if not python.is_file():
-        return f"no peer python at {python} (install the peer's venv as its README says, or set GRPO_PEER_PYTHON)"
-    return python, script
-
-
-def run_peer(python: Path, script: Path, plan: PeerPlan) -> dict[str, Any]:
+def _peer_run(plan: PeerPlan) -> dict[str, Any]:
     """One peer run; its last stdout line is a JSON object (completions_per_s, sec_per_step, ...)."""
-    args = [str(python), str(script), "--steps", str(plan.steps + 2), "--threads", str(plan.threads)]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=plan.timeout_s, check=False)
+    args = [str(PEER_PYTHON), str(PEER_DIR / "trl_grpo_bench.py"), "--steps", str(plan.peer_steps + 2)]
+    args += ["--warmup", "2", "--threads", str(plan.threads)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise RuntimeError(f"the peer failed (exit {proc.returncode}): {tail}")
+        raise RuntimeError(f"the peer failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
     return json.loads(lines[-1])
 
 
-def _our_trials(runner: Runner, base: dict[str, Any], device: str, threads: int) -> dict[str, dict[str, Any]]:
-    later, _, default = shipped_rows(device, threads)
+def _builtin_trials(runner: Runner, base: dict[str, Any], device: str, threads: int) -> dict[str, dict]:
+    later, _, default = shipped_rows(device, threads, unshipped=False)
     rows = {name: (updates, options) for name, updates, options in reference_rows() + later}
     return {
-        "ours, fp32 reference": runner.kwargs(with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]),
-        "ours, shipped settings": runner.kwargs(with_updates(base, rows[default][0]), rows[default][1]),
+        "built-in GPT, fp32 reference": runner.kwargs(with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]),
+        "built-in GPT, shipped settings": runner.kwargs(with_updates(base, rows[default][0]), rows[default][1]),
     }
 
 
 def bench_peer(plan: PeerPlan, grpo: GRPOPlan) -> dict[str, Any]:
-    """The peer and ours, alternating (needs `ray.init` done by the caller)."""
-    section = new_section("peer", "6. The TRL peer on the same work", owns=("peer_completions_per_s",))
-    found = find_peer()
-    if isinstance(found, str):
-        section["status"], section["error"] = "skipped", found
-        set_headline(section, "peer_completions_per_s", None, found)
+    """The peer and ours, alternating (the built-in trials need `ray.init` done by the caller)."""
+    section = new_section("peer", TITLE, owns=HEADLINE)
+    if not (PEER_PYTHON.is_file() and (PEER_DIR / "trl_grpo_bench.py").is_file()):
+        reason = f"the peer is not installed ({PEER_PYTHON}, {PEER_DIR})"
+        for key in HEADLINE:
+            set_headline(section, key, None, reason)
+        section["status"], section["error"] = "skipped", reason
         return section
     device = "cuda" if torch.cuda.is_available() else "cpu"
     base = reference_config(grpo.sft_steps, grpo.max_new_tokens)
-    peer_runs: list[dict[str, Any]] = []
+    peer: list[dict[str, Any]] = []
     ours: dict[str, list[dict[str, Any]]] = {}
+    hf: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
         weights = str(Path(tmp) / "sft.pt")
         run_isolated(
             "service.bench.grpo_trial:sft_warm_start",
             {"trainer_cfg": base, "out_path": weights, "threads": grpo.threads, "device": device},
         )
-        runner = Runner(grpo, device, weights, gcs=ray.get_runtime_context().gcs_address)
-        trials = _our_trials(runner, base, device, grpo.threads)
+        runner = Runner(grpo, device, weights)
+        trials = _builtin_trials(runner, base, device, grpo.threads)
         for _ in range(plan.rounds):
-            peer_runs.append(run_peer(*found, plan))
+            peer.append(_peer_run(plan))
             for name, result in runner.run_round(trials).items():
                 ours.setdefault(name, []).append(result)
-    return _peer_section(section, peer_runs, {k: runner.merge(v) for k, v in ours.items()})
+            hf.append(median(bench_rates(plan.ours, policies=("hf",))["hf"]))
+    return _fill(section, peer, {k: Runner.merge(v) for k, v in ours.items()}, hf)
 
 
-def _peer_section(section: dict[str, Any], peer_runs: list[dict], ours: dict[str, dict]) -> dict[str, Any]:
-    peer_rate = median([r["completions_per_s"] for r in peer_runs])
-    peer_step = median([r["sec_per_step"] for r in peer_runs])
-    peer_len = median([r.get("mean_completion_len", float("nan")) for r in peer_runs])
-    rows = [["TRL GRPOTrainer (peer), fp32", peer_step * 1e3, peer_rate, 1.0, peer_len, None]]
-    for name, r in ours.items():
-        ratio = r["completions_per_s"] / peer_rate
-        rows.append([name, r["step_s"] * 1e3, r["completions_per_s"], ratio, r["completion_tokens"], TARGETS[name]])
+def _fill(section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float]) -> dict[str, Any]:
+    peer_rate = median([r["completions_per_s"] for r in peer])
+    rates = {**{k: r["completions_per_s"] for k, r in ours.items()}, "hf policy, shipped": median(hf)}
+    tokens = {k: r["completion_tokens"] for k, r in ours.items()}
+    rows = [["TRL GRPOTrainer (peer), fp32", peer_rate, 1.0, median([r["mean_completion_len"] for r in peer]), None]]
+    for name, rate in rates.items():
+        ratio = rate / peer_rate
+        rows.append([name, rate, ratio, tokens.get(name), TARGETS[name]])
         verdict = "met" if ratio >= TARGETS[name] else "not met"
         section["notes"].append(f"{name}: {ratio:.2f}x the peer (target >= {TARGETS[name]:g}x: {verdict}).")
     add_table(
         section,
-        f"Alternating, {len(peer_runs)} round(s); medians",
-        ["trainer", "step ms", "completions/s", "vs peer", "mean completion tokens", "target vs peer"],
+        f"Alternating, {len(peer)} round(s); medians",
+        ["trainer", "completions/s", "vs peer", "mean completion tokens", "target vs peer"],
         rows,
     )
     section["notes"].append(
-        "The peer samples from a freshly initialised policy (shorter completions); ours from the SFT-warm "
-        "policy, as the headline does. Completions per second count whole completions either way."
+        "The peer and the hf policy sample from freshly initialised models (shorter completions); the "
+        "built-in rows from the SFT-warm policy, as the GRPO headlines do."
     )
-    section["data"] = {"peer_runs": peer_runs, "ours": ours}
+    section["data"] = {"peer": peer, "ours": ours, "hf": hf}
     set_headline(section, "peer_completions_per_s", peer_rate)
+    set_headline(section, "hf_vs_peer", rates["hf policy, shipped"] / peer_rate)
     return section

@@ -12,8 +12,8 @@ from service.bench.reward import RewardPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "peer")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # the peer needs its own venv: asked for by name
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf")
+OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -30,13 +30,14 @@ class BenchPlan:
     grpo: GRPOPlan
     hf: HFPlan = HFPlan()
     peer: PeerPlan = field(default_factory=PeerPlan)
-    sections: tuple[str, ...] = field(default=DEFAULT_SECTIONS)
+    sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.sections if s not in SECTIONS]
+        allowed = SECTIONS + OPTIONAL_SECTIONS
+        unknown = [s for s in self.sections if s not in allowed]
         if unknown or not self.sections:
             raise ValueError(
-                f"sections must be a non-empty subset of {list(SECTIONS)}, got {list(self.sections)}"
+                f"sections must be a non-empty subset of {list(allowed)}, got {list(self.sections)}"
             )
 
 
@@ -48,7 +49,7 @@ def quick_plan() -> BenchPlan:
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
         grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False, unshipped_rows=False),
-        peer=PeerPlan(steps=6, rounds=1),
+        peer=PeerPlan(rounds=1, peer_steps=4),
     )
 
 
@@ -61,5 +62,5 @@ def full_plan() -> BenchPlan:
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
         hf=HFPlan(steps=6, warmup=2),
-        peer=PeerPlan(steps=12, rounds=3),
+        peer=PeerPlan(rounds=3, peer_steps=12),
     )

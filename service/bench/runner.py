@@ -16,6 +16,8 @@ from service.bench.hf import HEADLINE as HF_HEADLINE
 from service.bench.hf import TITLE as HF_TITLE
 from service.bench.hf import bench_hf
 from service.bench.machine import load_average, machine_info, usable_cores
+from service.bench.peer import HEADLINE as PEER_HEADLINE
+from service.bench.peer import TITLE as PEER_TITLE
 from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
 from service.bench.results import collect_headline, new_section
@@ -46,7 +48,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
         lambda p: bench_grpo(p.grpo),
     ),
     "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
-    "peer": (("6. The TRL peer on the same work",), ("peer_completions_per_s",), lambda p: bench_peer(p.peer, p.grpo)),
+    "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer, p.grpo)),
 }
 
 

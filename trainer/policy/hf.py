@@ -151,7 +151,9 @@ class HFPolicy:
             return full_decoder(self.module, ids, mask, cfg, max_len)
         k, (b, p) = cfg.group_size, ids.shape
         model = self.model
-        out = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions_from_mask(mask), use_cache=True)
+        out = model(
+            input_ids=ids, attention_mask=mask.long(), position_ids=positions_from_mask(mask), use_cache=True
+        )
         cache = out.past_key_values
         cache.batch_repeat_interleave(k)  # one prefill per prompt serves its K rows
         seen = torch.ones((b * k, max_len), dtype=torch.long, device=ids.device)  # [N, T_max]
