@@ -59,8 +59,8 @@ def try_rewards(scorer: Any, pairs: Sequence[Any], pool: PoolConfig, *, n: int =
     deadline_s = item_deadline_s(pool)
     items = sample_items(pairs, n)
     trial = TrialResult()
-    for item in items:
-        one = run_trial(scorer, [item], deadline_s=deadline_s)
+    for i, item in enumerate(items):
+        one = run_trial(scorer, [item], deadline_s=deadline_s, warm_up=i == 0)
         trial.costs_s += one.costs_s
         trial.statuses.update(one.statuses)
         trial.errors.update(one.errors)

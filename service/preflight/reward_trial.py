@@ -73,9 +73,17 @@ def _same(a: ScoreResult, b: ScoreResult) -> bool:
     return a.status == b.status and a.total == b.total
 
 
-def run_trial(scorer: Scorer, items: Sequence[TrialItem], *, deadline_s: float, repeats: int = 1) -> TrialResult:
-    """Score every item `repeats` times; stop at the first item that takes longer than `deadline_s`."""
+def run_trial(
+    scorer: Scorer, items: Sequence[TrialItem], *, deadline_s: float, repeats: int = 1, warm_up: bool = True
+) -> TrialResult:
+    """Score every item `repeats` times; stop at the first item that takes longer than `deadline_s`.
+
+    The first item is scored once more before, untimed: what a reward sets up on its first call
+    (an engine started, a model loaded) a worker pays once, not per item."""
     result = TrialResult(repeats=repeats)
+    if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
+        result.hung = deadline_s
+        return result
     for item in items:
         outcomes = []
         for _ in range(repeats):
