@@ -25,6 +25,7 @@ from actors.pool.config import PoolConfig
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
+from service.model_checks import check_hf_model, prepare_model, run_prompts
 from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import fresh_config, prepare_run_dir, resumed_config
@@ -121,7 +122,11 @@ def preflight(cfg: ServiceConfig, log: Callable[[str], None]) -> tuple[Task, lis
     task = build_task(cfg)
     eval_set = held_out_eval_pairs(task, cfg)
     train_pairs = task.training_pairs(log)
-    return task, eval_set, train_pairs, check_run(cfg, task, eval_set, train_pairs, driver=True, log=log)
+    pool = check_run(cfg, task, eval_set, train_pairs, driver=True, log=log)
+    if cfg.model.source == "hf":  # the model and its tokenizer checked before anything starts
+        prepare_model(cfg, log)
+        check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
+    return task, eval_set, train_pairs, pool
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:

@@ -12,6 +12,9 @@ from typing import Any
 import ray
 
 from service.bench.grpo import bench_grpo
+from service.bench.hf import HEADLINE as HF_HEADLINE
+from service.bench.hf import TITLE as HF_TITLE
+from service.bench.hf import bench_hf
 from service.bench.machine import load_average, machine_info, usable_cores
 from service.bench.plan import BenchPlan
 from service.bench.results import collect_headline, new_section
@@ -41,6 +44,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
         ("reward_wait_fraction", "grpo_completions_per_s"),
         lambda p: bench_grpo(p.grpo),
     ),
+    "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
 }
 
 

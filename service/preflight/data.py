@@ -33,7 +33,11 @@ class FitLimits:
     grpo: bool  # training prompts are sampled from
 
     @classmethod
-    def of(cls, cfg: Any) -> FitLimits:
+    def of(cls, cfg: Any) -> FitLimits | None:
+        """The built-in model's limits; None for a `transformers` model, whose tokenizer and
+        positions `service.model_checks` checks instead."""
+        if getattr(cfg.model, "source", "builtin") != "builtin":
+            return None
         return cls(cfg.model.block_size, cfg.sampling.max_new_tokens, cfg.sft.steps > 0, cfg.grpo.steps > 0)
 
     def sampled(self, prompt_chars: int) -> str | None:
@@ -69,9 +73,16 @@ def record_problem(prompt: str, target: str | None, limits: FitLimits, alphabet:
 
 
 def check_records(
-    key: str, records: Iterable[tuple[str, str, str | None]], limits: FitLimits, alphabet: str | None, *, train: bool
+    key: str,
+    records: Iterable[tuple[str, str, str | None]],
+    limits: FitLimits | None,
+    alphabet: str | None,
+    *,
+    train: bool,
 ) -> None:
     """ConfigError naming `key`, the first unusable record ("where: reason") and how many more."""
+    if limits is None:
+        return
     first, count = None, 0
     for where, prompt, target in records:
         problem = record_problem(prompt, target, limits, alphabet, train=train)
@@ -83,8 +94,10 @@ def check_records(
         raise ConfigError(f"{key}: {first}{more}; every record must tokenize and fit before the run starts")
 
 
-def check_generated_games(max_plies: int, limits: FitLimits) -> None:
+def check_generated_games(max_plies: int, limits: FitLimits | None) -> None:
     """Generated games: the longest possible prompt (every ply the longest SAN move) must fit."""
+    if limits is None:
+        return
     longest = max(0, max_plies * (MAX_SAN_CHARS + 1) - 1)
     if problem := limits.sampled(longest):
         raise ConfigError(f"sampling.max_new_tokens: {limits.max_new_tokens} is too large: a {problem} (data.max_plies={max_plies})")
