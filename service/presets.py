@@ -64,12 +64,15 @@ _GPT2_4090: dict[str, Any] = {
 _MOVE_SMOKE: dict[str, Any] = {
     **_SMOKE,
     "task": {"name": "move", "train_positions": 48, "engine": {"nodes": 500}},
+    # An engine search costs milliseconds: a chunk gets longer than the FEN reward's 10 s on a busy machine.
+    "pool": {**_SMOKE["pool"], "chunk_timeout_s": 60.0},
     "sampling": {"group_size": 4, "max_new_tokens": 8, "prompts_per_microbatch": 4},
 }
 
 _MOVE_DEMO: dict[str, Any] = {
     **_DEMO,
     "task": {"name": "move", "train_positions": 2000},
+    "pool": {**_DEMO["pool"], "chunk_timeout_s": 60.0},
     "data": {"min_plies": 1, "max_plies": 6, "eval_size": 128},
     "sampling": {"group_size": 8, "max_new_tokens": 8, "temperature": 1.0, "prompts_per_microbatch": 8},
 }

@@ -32,11 +32,16 @@ class PoolConfig(Frozen):
         2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
     )
     chunk_timeout_s: float = Field(10.0, gt=0.0, description="hard deadline of one call once it is running")
+    concurrency_per_worker: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="items one worker scores at once when a user reward is async def or asks for threads",
+    )
     item_timeout_s: float | None = Field(
         None,
         gt=0.0,
-        description="deadline per item: a running call of n items may take max(chunk_timeout_s, n x this); "
-        "None: chunk_timeout_s for any call",
+        description="deadline of one item of an async or threaded reward (status timeout; default chunk_timeout_s / 2)",
     )
     max_retries: int = Field(
         1, ge=0, description="re-runs of a single item after it timed out or its worker died, before it fails"
@@ -74,51 +79,29 @@ class PoolConfig(Frozen):
             raise ValueError(
                 f"min_chunk_size ({self.min_chunk_size}) must be <= chunk_size ({self.chunk_size})"
             )
-        hang_s = max_runs_per_item(self) * call_deadline_s(self, self.chunk_size)
+        if self.item_timeout_s is not None and self.item_timeout_s >= self.chunk_timeout_s:
+            raise ValueError(
+                f"item_timeout_s ({self.item_timeout_s:g}) must be < chunk_timeout_s ({self.chunk_timeout_s:g}): "
+                "an item is cut before its call is"
+            )
+        hang_s = max_runs_per_item(self) * self.chunk_timeout_s
         if self.collect_timeout_s < hang_s:
             raise ValueError(
                 f"collect_timeout_s ({self.collect_timeout_s:g}) must be >= {hang_s:g}: a hanging item runs "
-                f"up to {max_runs_per_item(self)} times x the deadline of a call "
-                f"({call_deadline_s(self, self.chunk_size):g}s) before it gets status timeout"
+                f"up to {max_runs_per_item(self)} times x chunk_timeout_s ({self.chunk_timeout_s:g}) "
+                "before it gets status timeout"
             )
         return self
-
-
-def call_deadline_s(cfg: PoolConfig, items: int) -> float:
-    """How long a running call of `items` items may take: its items' deadline, at least chunk_timeout_s."""
-    if cfg.item_timeout_s is None:
-        return cfg.chunk_timeout_s
-    return max(cfg.chunk_timeout_s, items * cfg.item_timeout_s)
-
-
-def item_deadline_s(cfg: PoolConfig) -> float:
-    """The longest one item may take: alone in a call, it gets this long before it is killed."""
-    return call_deadline_s(cfg, 1)
-
-
-# A call is sized to take at most this share of its deadline at the measured cost per item, so a
-# slow but healthy reward (or a slower item than the ones measured) is never killed.
-CALL_BUDGET_SHARE = 0.25
-
-
-def chunks_for_cost(cfg: PoolConfig, cost_per_item_s: float) -> PoolConfig:
-    """The pool config with chunk sizes cut to what the measured cost per item allows (never raised)."""
-    if cost_per_item_s <= 0:
-        return cfg
-    fits = max(1, math.floor(CALL_BUDGET_SHARE * cfg.chunk_timeout_s / cost_per_item_s))
-    if cfg.item_timeout_s is not None and cost_per_item_s < CALL_BUDGET_SHARE * cfg.item_timeout_s:
-        fits = cfg.chunk_size  # the per-item deadline grows with the call: any size fits
-    size = min(cfg.chunk_size, fits)
-    if size == cfg.chunk_size:
-        return cfg
-    return PoolConfig.model_validate(
-        {**cfg.model_dump(), "chunk_size": size, "min_chunk_size": min(cfg.min_chunk_size, size)}
-    )
 
 
 def worker_name(cfg: PoolConfig, index: int) -> str:
     """Actor name of worker `index`: '<name_prefix>-<index>'."""
     return f"{cfg.name_prefix}-{index}"
+
+
+def item_timeout(cfg: PoolConfig) -> float:
+    """Deadline of one item of a waiting (async or threaded) reward on a worker."""
+    return cfg.item_timeout_s if cfg.item_timeout_s is not None else cfg.chunk_timeout_s / 2
 
 
 def split_levels(chunk_len: int, parts: int) -> int:
@@ -147,5 +130,27 @@ def poison_item_bound_s(cfg: PoolConfig, restart_s: float, chunk_len: int | None
     come back (`restart_s` is measured on the cluster; `restart_timeout_s` caps it). Work queued
     ahead of it on a busy pool adds to this.
     """
-    n = cfg.chunk_size if chunk_len is None else chunk_len
-    return max_runs_per_item(cfg, chunk_len) * (call_deadline_s(cfg, n) + restart_s)
+    return max_runs_per_item(cfg, chunk_len) * (cfg.chunk_timeout_s + restart_s)
+
+
+def item_deadline_s(cfg: PoolConfig) -> float:
+    """The longest one item of a plain reward may take: alone in a call, it is killed after this."""
+    return cfg.chunk_timeout_s
+
+
+# A call is sized to take at most this share of its deadline at the measured cost per item, so a
+# slow but healthy reward (or an item slower than the ones measured) is never killed.
+CALL_BUDGET_SHARE = 0.25
+
+
+def chunks_for_cost(cfg: PoolConfig, cost_per_item_s: float) -> PoolConfig:
+    """The pool config with chunk sizes cut to what the measured cost per item allows (never raised)."""
+    if cost_per_item_s <= 0:
+        return cfg
+    fits = max(1, math.floor(CALL_BUDGET_SHARE * cfg.chunk_timeout_s / cost_per_item_s))
+    size = min(cfg.chunk_size, fits)
+    if size == cfg.chunk_size:
+        return cfg
+    return PoolConfig.model_validate(
+        {**cfg.model_dump(), "chunk_size": size, "min_chunk_size": min(cfg.min_chunk_size, size)}
+    )

@@ -21,7 +21,7 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError
 
 from actors.pool.codec import EncodedResults, count_status, failed_block
-from actors.pool.config import PoolConfig, call_deadline_s
+from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
 from actors.pool.metrics import PoolMetrics, RateWindow
 from actors.pool.work import Chunk, Fault, after_fault
@@ -157,7 +157,7 @@ class Dispatcher:
     def _sleep_s_locked(self, now: float) -> float:
         sleep = self._cfg.poll_interval_s if (self._calls or self._pings or self._queue) else _IDLE_SLEEP_S
         for slot in self.slots:
-            deadline = slot.head_deadline(self._cfg)
+            deadline = slot.head_deadline(self._cfg.chunk_timeout_s)
             if deadline is not None:
                 sleep = min(sleep, deadline - now)
             if slot.state in (WorkerState.STARTING, WorkerState.RESTARTING) and slot.ping_ref is None:
@@ -224,14 +224,14 @@ class Dispatcher:
 
     def _check_deadlines_locked(self, now: float) -> None:
         for slot in self.slots:
-            deadline = slot.head_deadline(self._cfg)
+            deadline = slot.head_deadline(self._cfg.chunk_timeout_s)
             if slot.state is WorkerState.HEALTHY and deadline is not None and now >= deadline:
                 # ray.cancel cannot stop a running call on a plain actor: kill it, Ray restarts it.
                 logger.warning(
-                    "reward worker %s: a call of %d items passed its deadline of %gs; killing it (Ray restarts it)",
+                    "reward worker %s: a call of %d items passed chunk_timeout_s=%gs; killing it (Ray restarts it)",
                     slot.name,
                     len(slot.calls[0].chunk),
-                    call_deadline_s(self._cfg, len(slot.calls[0].chunk)),
+                    self._cfg.chunk_timeout_s,
                 )
                 self._metrics.timed_out(slot.name)
                 slot.calls[0].chunk.ticket.deadline_kills += 1

@@ -7,7 +7,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from actors.pool.config import PoolConfig, call_deadline_s
 from actors.pool.work import Chunk
 
 
@@ -47,11 +46,11 @@ class WorkerSlot:
     def items_in_flight(self) -> int:
         return sum(len(c.chunk) for c in self.calls)
 
-    def head_deadline(self, cfg: PoolConfig) -> float | None:
-        """When the running call passes its deadline (`call_deadline_s` of its items); None when idle."""
+    def head_deadline(self, timeout_s: float) -> float | None:
+        """When the running call passes its deadline; None when idle."""
         if not self.calls or self.calls[0].started_at is None:
             return None
-        return self.calls[0].started_at + call_deadline_s(cfg, len(self.calls[0].chunk))
+        return self.calls[0].started_at + timeout_s
 
     def remove(self, call: Call, now: float) -> None:
         """Forget a finished call; the next one in the queue starts running now."""
