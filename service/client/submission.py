@@ -201,3 +201,30 @@ def build_submission(
     if config_path is not None:
         metadata["config_file"] = config_path
     return Submission(run_id, entrypoint, runtime_env(upload, env_vars, py_modules), metadata)
+
+
+def resume_submission(
+    *,
+    run_id: str,
+    job_id: str,
+    overrides: Sequence[str],
+    config_file: str | os.PathLike | None,
+    run_dir: str | os.PathLike | None,
+    working_dir: str | os.PathLike | None,
+    env_vars: Mapping[str, str] | None,
+) -> Submission:
+    """A job continuing run `run_id` from its latest checkpoint: `python -m service.train --resume`
+    with the run's name (or `run_dir`), under a job id of its own (`job_id`). The run's saved
+    config is on the cluster, so only the overrides are checked here; the driver checks the rest."""
+    check_run_id(run_id)
+    upload = _working_dir(working_dir)
+    config_path = _config_paths(config_file, upload)[1] if config_file is not None else None
+    checked = check_overrides(overrides)
+    argv = shlex.split(
+        entrypoint_command(run_id=run_id, preset=None, config_path=config_path, overrides=checked,
+                           run_dir=str(run_dir) if run_dir is not None else None)
+    )  # fmt: skip
+    argv.insert(3, "--resume")  # after `python -m service.train`
+    metadata = {"service": SERVICE_TAG, "run_id": job_id, "resumes": run_id, "preset": "resume"}
+    return Submission(job_id, shlex.join(argv), runtime_env(upload, env_vars), metadata)
+
