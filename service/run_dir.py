@@ -24,9 +24,11 @@ from service.config import (
     parse_override,
     read_config_file,
     set_dotted,
+    trainer_config,
     validate_config,
 )
 from service.presets import DEFAULT_PRESET
+from trainer.schedule import Schedule
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
 
 DEFAULT_RUNS_ROOT = "runs"
@@ -95,7 +97,7 @@ def refuse_finished(cfg: ServiceConfig, run_dir: Path) -> None:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return  # no summary (killed) or a torn one: resume
-    total = cfg.sft.steps + cfg.grpo.steps
+    total = Schedule.of(trainer_config(cfg)).total
     if summary.get("status") == "succeeded" and int(summary.get("steps") or 0) >= total:
         raise ConfigError(
             f"--resume: run {cfg.run.name!r} already succeeded at step {summary.get('steps')} of {total}; "
