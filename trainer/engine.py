@@ -17,7 +17,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
+from trainer.evaluation import figures_by_group, normalise_scores, sampled_figures, summarise_eval
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
 from trainer.grpo.shaping import mask_rows, shape_rewards
@@ -305,6 +305,7 @@ class Trainer:
         n_samples: int = 0,
         metrics_fn=None,
         sample_k: int = 0,
+        group_by: tuple[str, Callable[[str], str]] | None = None,
     ) -> dict[str, Any]:
         """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
 
@@ -312,7 +313,9 @@ class Trainer:
         the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
         the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
         and mean_at_k of sample_k completions per pair sampled at the training temperature (a
-        sample passes when its reward is at least grpo.eval_pass_reward). Runs on this rank alone.
+        sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
+        key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
+        Runs on this rank alone.
         """
         completions = self._complete(pairs, 1, greedy=True)
         targets = [p.target for p in pairs]
@@ -321,6 +324,10 @@ class Trainer:
         summary = summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
         if metrics_fn is not None:
             summary.update(metrics_fn(scored))
+        if group_by is not None:
+            name, key_of = group_by
+            keys = [key_of(p.prompt) for p in pairs]
+            summary[f"by_{name}"] = figures_by_group(keys, completions, targets, values, statuses)
         if sample_k:
             summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
