@@ -61,3 +61,21 @@ class RewardConfig(_Frozen):
                 raise ValueError(f"user reward {spec.fn!r} is listed twice")
             seen.add(spec.fn)
         return self
+
+
+class EngineConfig(_Frozen):
+    """The UCI engine that judges moves (the `move` task): one process per scorer, single-threaded,
+    a fixed node budget per search, hash cleared before each search, so its judgements repeat exactly."""
+
+    path: str | None = Field(
+        None, description="engine binary (default: 'stockfish' on PATH, then /usr/games/stockfish)"
+    )
+    nodes: int = Field(2000, ge=1, le=10_000_000, description="node budget of one search")
+    hash_mb: int = Field(1, ge=1, le=4096, description="engine hash table (MB); cleared before every search")
+    cp_scale: float = Field(
+        100.0, gt=0.0, description="centipawn loss at which a legal move's quality falls to 0.5"
+    )
+    max_cp_loss: float = Field(
+        1000.0, gt=0.0, description="larger losses (mates, blunders) count as this many centipawns"
+    )
+    start_timeout_s: float = Field(30.0, gt=0.0, description="longest the engine may take to start")

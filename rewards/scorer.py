@@ -135,14 +135,16 @@ class Scorer:
         if len(c) > cfg.max_chars:
             zeros = dict.fromkeys(self.component_names, 0.0)
             return ScoreResult(0.0, zeros, TOO_LONG, f"{len(c)} chars > max_chars={cfg.max_chars}")
-        components, total, status = self._builtin(c, target, validity_fn)
+        components, total, status = self._builtin(c, target, fields, validity_fn)
         for user in self._user:
             value = _call_user(user, c, target, fields)
             components[user.name] = value
             total += user.weight * value
         return ScoreResult(total, components, status)
 
-    def _builtin(self, c: str, target: str, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+    def _builtin(
+        self, c: str, target: str, fields: Fields, validity_fn: ValidityFn
+    ) -> tuple[dict[str, float], float, str]:
         """The chess components, their weighted sum and the validity status."""
         cfg = self.config
         validity, status = validity_fn(c)
@@ -173,7 +175,9 @@ class UserRewardScorer(Scorer):
     def _target_ok(self, target: Any) -> bool:
         return target is None or isinstance(target, str)
 
-    def _builtin(self, c: str, target: Any, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+    def _builtin(
+        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn
+    ) -> tuple[dict[str, float], float, str]:
         return {}, 0.0, OK
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from actors.pool.config import PoolConfig
 from rewards import RewardConfig
+from rewards.config import EngineConfig
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
 
@@ -53,6 +54,12 @@ class TaskConfig(Frozen):
     )
     stop: list[str] = Field(
         default_factory=list, description="text: strings that end a completion (besides EOS)"
+    )
+    engine: EngineConfig = Field(
+        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+    )
+    train_positions: int = Field(
+        2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
     )
 
     @field_validator("stop")

@@ -8,6 +8,9 @@
   vocabulary, GPT-2's 124M counting a 50k-token embedding) in bf16, one DDP rank per GPU, a
   reward pool sized for CPU nodes.
 
+- `move-smoke` / `move-demo`: the same two for the engine-scored `move` task (needs Stockfish);
+  move-demo's GRPO raises the held-out legal rate and lowers the mean centipawn loss over its SFT start.
+
 A preset holds only what differs from the defaults of the typed configs.
 """
 
@@ -55,4 +58,24 @@ _GPT2_4090: dict[str, Any] = {
     "scaling": {"num_workers": 2, "use_gpu": True, "cpus_per_worker": 4.0, "gpus_per_worker": 1.0},
 }
 
-PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "demo": _DEMO, "gpt2-4090": _GPT2_4090}
+# The engine-scored move task: a FEN in, a SAN move out (a few characters), judged by Stockfish.
+_MOVE_SMOKE: dict[str, Any] = {
+    **_SMOKE,
+    "task": {"name": "move", "train_positions": 48, "engine": {"nodes": 500}},
+    "sampling": {"group_size": 4, "max_new_tokens": 8, "prompts_per_microbatch": 4},
+}
+
+_MOVE_DEMO: dict[str, Any] = {
+    **_DEMO,
+    "task": {"name": "move", "train_positions": 2000},
+    "data": {"min_plies": 1, "max_plies": 6, "eval_size": 128},
+    "sampling": {"group_size": 8, "max_new_tokens": 8, "temperature": 1.0, "prompts_per_microbatch": 8},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": _SMOKE,
+    "demo": _DEMO,
+    "gpt2-4090": _GPT2_4090,
+    "move-smoke": _MOVE_SMOKE,
+    "move-demo": _MOVE_DEMO,
+}

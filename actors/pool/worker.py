@@ -26,6 +26,11 @@ class RewardWorker:
     def __init__(self, scorer: Scorer | RewardConfig | Mapping[str, Any] | None = None):
         # A Scorer built by the pool carries its resolved user rewards (registered ones included).
         self._scorer = scorer if isinstance(scorer, Scorer) else build_scorer(scorer)
+        # State the reward keeps per process (an engine, a connection) starts with the worker: a
+        # restarted worker gets its own, and one that cannot start fails the worker's start, visibly.
+        setup = getattr(self._scorer, "setup", None)
+        if callable(setup):
+            setup()
         self._items_scored = 0
         self._busy_s = 0.0  # wall time inside score_chunk
         self._cpu_s = 0.0  # CPU time this process got meanwhile (less than busy when starved)
