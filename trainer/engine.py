@@ -40,6 +40,7 @@ from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
+from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, generate
 from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
@@ -182,15 +183,26 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- GRPO
-    def sample(self, pairs: Sequence[Any], rewards: RewardSource) -> tuple[list[Rollout], list[Any]]:
+    def sample(
+        self, pairs: Sequence[Any], rewards: RewardSource, first_index: int = 0
+    ) -> tuple[list[Rollout], list[Any]]:
         """Roll out `pairs` in micro-batches of sampling.prompts_per_microbatch prompts, submitting
-        each micro-batch's completions for scoring as soon as it is decoded."""
+        each micro-batch's completions for scoring as soon as it is decoded.
+
+        Row r of prompt i (pairs[i] is prompt first_index + i of the step) draws its own noise,
+        keyed by (seed, GRPO step, first_index + i, r): the tokens do not depend on the micro-batch
+        size or the number of ranks (`trainer.sampling.row_noise`).
+        """
         cfg = self.cfg.sampling
         rollouts, tickets = [], []
-        for chunk in _chunks(pairs, cfg.prompts_per_microbatch):
+        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
+            chunk = pairs[start : start + cfg.prompts_per_microbatch]
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            keys = row_keys(
+                self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
+            )
             with self.precision.autocast():
-                rollout = generate(self.model, prompts, cfg, self.tokenizer, generator=self.sample_generator)
+                rollout = generate(self.model, prompts, cfg, self.tokenizer, row_keys=keys)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
@@ -219,9 +231,9 @@ class Trainer:
         """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
         start = time.perf_counter()
         timer = PhaseTimer(self.device)
-        self.sample_generator.manual_seed(derived_seed(self.cfg.seed, self.rank, self.grpo_steps))
+        local = self.local_share(pairs)
         with timer.phase("sample_s"):
-            rollouts, tickets = self.sample(self.local_share(pairs), rewards)
+            rollouts, tickets = self.sample(local, rewards, first_index=self.rank * len(local))
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
@@ -360,7 +372,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything for an exact resume: weights, reference, optimisers, scaler, counters, RNG, config.
 
-        The sampling generator needs no state: it is reseeded from (seed, rank, GRPO step) each step.
+        Sampling needs no generator state: each row's noise is keyed by (seed, GRPO step, prompt, sample).
         Tensors are live views of the trainer's own: serialise them (save_checkpoint) before training on.
         """
         return {
