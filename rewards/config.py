@@ -26,10 +26,18 @@ class _Frozen(BaseModel):
 
 
 class UserRewardSpec(_Frozen):
-    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`."""
+    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`.
+
+    `fn` may be `async def` (its items are awaited side by side), or a class: built once per
+    reward worker, its `setup()` called then, its `__call__` scoring, its `close()` called at the end.
+    """
 
     fn: str = Field(description="'package.module:function', or a name given to register_reward")
     weight: float = 1.0
+    threads: bool = Field(
+        False,
+        description="a plain reward that blocks on I/O: its items run on pool.concurrency_per_worker threads",
+    )
 
     @field_validator("fn")
     @classmethod

@@ -54,10 +54,12 @@ class MoveScorer(Scorer):
 
     def setup(self) -> None:
         """Start the engine now (else it starts at the first legal move); EngineUnavailable if it cannot."""
+        super().setup()
         self.judge.engine()
 
     def close(self) -> None:
         self.judge.close()
+        super().close()
 
     @property
     def component_names(self) -> list[str]:

@@ -61,6 +61,12 @@ class TaskConfig(Frozen):
     train_positions: int = Field(
         2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
     )
+    chat_template: bool = Field(
+        False,
+        description="model.source=hf: render each prompt as a user message through the tokenizer's chat "
+        "template (instruct models)",
+    )
+    system: str | None = Field(None, description="with chat_template: a system message before each prompt")
 
     @field_validator("stop")
     @classmethod
@@ -157,6 +163,14 @@ class ServiceConfig(TrainerConfig):
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
+    def _check_prompt_format(self) -> ServiceConfig:
+        if self.task.chat_template and self.model.source != "hf":
+            raise ValueError("task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)")
+        if self.task.system is not None and not self.task.chat_template:
+            raise ValueError("task.system is read only with task.chat_template: true")
+        return self
+
+    @model_validator(mode="after")
     def _check_task_keys(self) -> ServiceConfig:
         from service.tasks import check_task_config
 
@@ -180,6 +194,13 @@ class ServiceConfig(TrainerConfig):
                 f"scaling.num_workers ({workers})"
             )
         return self
+
+
+def prompt_format(cfg: ServiceConfig):
+    """How the policy's tokenizer renders prompts (`trainer.policy.PromptFormat`)."""
+    from trainer.policy.base import PromptFormat
+
+    return PromptFormat(cfg.task.chat_template, cfg.task.system)
 
 
 def trainer_config(cfg: ServiceConfig) -> TrainerConfig:

@@ -25,7 +25,7 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import start_run_control
 from actors.run.loop import LoopSpec, train_loop_per_worker
-from service.config import ServiceConfig, trainer_config
+from service.config import ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
@@ -195,6 +195,8 @@ class RunDriver:
             control = start_run_control(str(self.cfg.run.name))
             pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
+            if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
+                self._export()
         except KeyboardInterrupt:  # a second Ctrl-C: end now, without waiting for a checkpoint
             status, error = "stopped", None
             self.recorder.print("[train] interrupted again: stopping without a final checkpoint")
@@ -224,6 +226,7 @@ class RunDriver:
             eval_pairs=self.eval_set,
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
+            prompt_format=prompt_format(self.cfg),
         )
         trainer = build_trainer(self.cfg, spec, control)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)
@@ -242,6 +245,13 @@ class RunDriver:
         if self.recorder.last_step >= self.recorder.total_steps:
             return "succeeded", None
         return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")
+
+    def _export(self) -> None:
+        """`export/` in the run directory: the final checkpoint as a transformers model."""
+        from service.export import export_finished_run
+
+        path = export_finished_run(str(self.cfg.run.run_dir))
+        self.recorder.print(f"[export] {path} (AutoModelForCausalLM.from_pretrained loads it)")
 
     def _fit(self, trainer: Any) -> None:
         try:

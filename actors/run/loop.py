@@ -36,7 +36,7 @@ from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
 from trainer.engine import Trainer
-from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy import CharTokenizer, PromptFormat, build_policy
 from trainer.rng import derived_seed
 from trainer.schedule import Schedule
 from trainer.task import TrainingTask
@@ -57,6 +57,7 @@ class LoopSpec:
     eval_pairs: list[Pair]
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
+    prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -73,9 +74,10 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
-        self.trainer = Trainer(
-            spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device, stop=spec.task.stop
-        )
+        builtin = spec.trainer.model.source == "builtin"
+        tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
+        policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
+        self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
