@@ -94,6 +94,19 @@ class ScalingConfig(Frozen):
     use_gpu: bool = Field(False, description="one CUDA device per worker (NCCL); CPU workers use gloo")
     cpus_per_worker: float = Field(1.0, gt=0.0, description="logical CPUs Ray reserves per trainer worker")
     gpus_per_worker: float = Field(1.0, gt=0.0, description="GPUs per trainer worker (with use_gpu)")
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of each trainer worker; unset: the node's cores shared among the trainer "
+        "workers on it (Ray alone would give ceil(cpus_per_worker))",
+    )
+    omp_wait_policy: Literal["passive", "active", "inherit"] = Field(
+        "passive",
+        description="OpenMP threads between parallel regions: passive sleeps (OMP_WAIT_POLICY=PASSIVE, "
+        "KMP_BLOCKTIME=0), active spins (fast alone, several times slower when another process wants the "
+        "core), inherit leaves the environment as it is; set for a local cluster, put it in the job's "
+        "runtime_env on a remote one",
+    )
 
 
 class RunConfig(Frozen):

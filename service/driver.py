@@ -25,6 +25,7 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import start_run_control
 from actors.run.loop import LoopSpec, train_loop_per_worker
+from actors.run.threads import wait_policy_env
 from service.config import ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
@@ -71,6 +72,7 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     else:
         # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+        os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         ray.init(
             address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
@@ -227,6 +229,7 @@ class RunDriver:
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
             prompt_format=prompt_format(self.cfg),
+            torch_threads=self.cfg.scaling.torch_threads,
         )
         trainer = build_trainer(self.cfg, spec, control)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)

@@ -85,7 +85,9 @@ class ModelConfig(Frozen):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass (hf: the model's own switch)"
     )
-    compile: bool = Field(False, description="torch.compile the training forward (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -149,7 +151,9 @@ class SamplingConfig(Frozen):
     prompts_per_microbatch: int = Field(
         4, ge=1, description="prompts sampled together; scored while the next is sampled"
     )
-    compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the decode step (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
 
 
@@ -288,7 +292,11 @@ class OptimConfig(Frozen):
 class PrecisionConfig(Frozen):
     """Numerics: bf16 = autocast to bfloat16 with fp32 master weights and no GradScaler."""
 
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="auto: bf16 where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+        "with AVX512-BF16 or AMX), else fp32; the choice is recorded in the run's runtime.json",
+    )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 
 

@@ -227,7 +227,7 @@ class Trainer:
         try:
             with torch.no_grad(), self.precision.autocast(), ref.context():
                 t = self.cfg.sampling.temperature
-                return [completion_logprobs(ref.module, r, t)[0] for r in rollouts]
+                return [completion_logprobs(ref.module, r, t, entropy=False)[0] for r in rollouts]
         finally:
             if moved:
                 ref.module.to("cpu")

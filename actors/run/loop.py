@@ -31,7 +31,9 @@ from actors.pool.config import PoolConfig
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
+from actors.run.threads import apply_threads
 from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
@@ -58,6 +60,19 @@ class LoopSpec:
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
+    torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+
+
+def runtime_settings(trainer: Trainer) -> dict[str, Any]:
+    """What this worker computes with, where the config leaves it to the machine."""
+    cfg, compilable = trainer.cfg, compile_unsupported_reason(trainer.device) is None
+    return {
+        "device": str(trainer.device),
+        "precision": trainer.precision.dtype,
+        "precision_reason": trainer.precision.reason,
+        "model_compile": cfg.model.compile and compilable,
+        "sampling_compile": cfg.sampling.compile and compilable,
+    }
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -74,10 +89,12 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
+        threads = apply_threads(spec.torch_threads, context.get_local_world_size())
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
         self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
+        self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
@@ -92,7 +109,9 @@ class WorkerLoop:
             # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
             torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
             step = self.restore()
-            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            self._publish(
+                START, {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime}
+            )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")
             data = StepData(self.schedule, self._source(), self.rank, self.world)
