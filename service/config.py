@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from actors.pool.config import PoolConfig
+from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
@@ -81,6 +82,24 @@ class ScalingConfig(Frozen):
     use_gpu: bool = Field(False, description="one CUDA device per worker (NCCL); CPU workers use gloo")
     cpus_per_worker: float = Field(1.0, gt=0.0, description="logical CPUs Ray reserves per trainer worker")
     gpus_per_worker: float = Field(1.0, gt=0.0, description="GPUs per trainer worker (with use_gpu)")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each trainer worker takes, e.g. {trainer_node: 1}: trainers then "
+        "run only on nodes started with that resource",
+    )
+    label_selector: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels a trainer worker's node must carry"
+    )
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(value, "scaling.cpus_per_worker")
+
+    @field_validator("label_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_label_selector(value)
 
 
 class RunConfig(Frozen):
@@ -297,6 +316,8 @@ def _field_at(key: str) -> Any:
     parts = key.split(".")
     field = None
     for depth, part in enumerate(parts):
+        if model is None and depth == len(parts) - 1 and _is_map(field):
+            return field  # one entry of a map key, e.g. pool.resources.reward_node
         if model is None:
             raise ConfigError(f"{key}: {'.'.join(parts[:depth])} is a value, not a section")
         if part not in model.model_fields:
@@ -307,6 +328,10 @@ def _field_at(key: str) -> Any:
         field = model.model_fields[part]
         model = _model_in(field.annotation)
     return field
+
+
+def _is_map(field: Any) -> bool:
+    return field is not None and typing.get_origin(field.annotation) is dict
 
 
 def check_key(key: str) -> None:

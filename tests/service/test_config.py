@@ -87,6 +87,12 @@ def test_override_values_are_yaml_scalars():
             "grpo.prompts_per_step (15) must be a multiple of",
         ),
         (["run.name=a b"], "run.name: 'a b' is not allowed; must match pattern"),
+        (["pool.resources.CPU=1"], "pool.resources: 'CPU' is a built-in resource; set it with pool.cpus_per_worker"),
+        (["pool.resources.reward_node=0"], "pool.resources: reward_node: 0.0 is not allowed"),
+        (["scaling.resources_per_worker={'a b': 1}"], "scaling.resources_per_worker: 'a b' is not a resource name"),
+        (["pool.label_selector={'bad key!': x}"], "pool.label_selector: 'bad key!' is not a node label key"),
+        (["scaling.label_selector.role=in(a,)"], "scaling.label_selector: role: 'in(a,)' is not a label selector"),
+        (["pool.resources.a.b=1"], "pool.resources.a.b: pool.resources is a value, not a section"),
         (
             ["run.storage_path=s3://bucket/runs"],
             "run.storage_path: 's3://bucket/runs' is a URI; expected a filesystem path",
@@ -128,6 +134,21 @@ def test_unknown_preset():
         ConfigError, match=r"^preset: 'big' is not allowed; expected one of 'smoke', 'demo', 'gpt2-4090'$"
     ):
         load_config("big")
+
+
+def test_placement_maps_take_whole_maps_or_one_entry():
+    cfg = load_config(
+        "smoke",
+        overrides=[
+            "pool.resources.reward_node=1",
+            "pool.label_selector={grpo.io/role: reward, zone: '!in(a,b)'}",
+            "scaling.resources_per_worker={trainer_node: 0.5}",
+        ],
+    )
+    assert cfg.pool.resources == {"reward_node": 1.0}
+    assert cfg.pool.label_selector == {"grpo.io/role": "reward", "zone": "!in(a,b)"}
+    assert cfg.scaling.resources_per_worker == {"trainer_node": 0.5} and cfg.scaling.label_selector == {}
+    assert load_config("smoke").pool.resources == {}  # default: no placement constraint
 
 
 def test_trainer_config_is_exactly_the_trainer_sections():
