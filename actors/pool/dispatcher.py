@@ -312,7 +312,8 @@ class Dispatcher:
         reasons = "; ".join(f"{s.name}: {s.dead_reason}" for s in self.slots)
         need = f"{self._cfg.cpus_per_worker:g} CPU{describe_placement(self._cfg.resources, self._cfg.label_selector)}"
         self._fatal = (
-            f"all {len(self.slots)} reward workers are dead ({reasons}); each needs {need} on a live node"
+            f"all {len(self.slots)} reward workers are dead ({reasons}); a worker needs {need}, "
+            "and no live node took one"
         )[:4000]
 
     def _update_gauges_locked(self, now: float) -> None:

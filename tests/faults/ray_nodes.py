@@ -189,4 +189,3 @@ class LocalCluster:
         for name in [n for n in self.nodes if n != "head"] + (["head"] if "head" in self.nodes else []):
             self.nodes[name].kill()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from fault_runs import (
@@ -133,7 +132,9 @@ def test_a_reward_node_killed_mid_run_changes_no_reward(cluster, cluster_referen
     # Said three ways: the step records (metric), a console line, the client's pool health.
     assert rows[-1]["pool_workers_alive"] == 2 and rows[-1]["pool_workers"] == 3, rows[-1]
     assert "2 of 3 reward workers take work" in output
-    progress = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if "[grpo-progress]" in line]
+    progress = [
+        json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if "[grpo-progress]" in line
+    ]
     pool = [p["pool"] for p in progress if "pool" in p]
     assert pool[-1]["workers_alive"] == 2 and pool[-1]["workers"] == 3, pool[-1]
 
@@ -157,3 +158,65 @@ def test_the_last_reward_nodes_killed_fail_the_run_after_a_bounded_wait(cluster,
     # The wait is bounded by pool.restart_timeout_s, plus detection and Ray's own teardown.
     assert took < RESTART_TIMEOUT_S + 60, took
     print(f"failed {took:.1f}s after the last reward node was killed: {s['error']}")
+
+
+def trainer_node(c: LocalCluster) -> str:
+    """The live trainer node's name."""
+    (name,) = [n for n, node in c.nodes.items() if n.startswith("trainer") and node.proc.poll() is None]
+    return name
+
+
+def replace_trainer_node(c: LocalCluster) -> str:
+    """Kill the trainer node with all its processes, then start a fresh one (a new machine)."""
+    c.kill(trainer_node(c))
+    name = f"trainer-{len(c.nodes)}"
+    c.add_node(name, **TRAINER_NODE)
+    return name
+
+
+def test_a_killed_trainer_node_is_replaced_and_the_run_ends_with_the_fault_free_weights(
+    cluster, cluster_reference, tmp_path
+):
+    reference, _ = cluster_reference
+    reward_nodes_alive(cluster)
+    run_dir = tmp_path / "trainer-node-killed"
+    argv = train_argv(run_dir, (*NODE_SETS, "run.max_failures=1"))
+    with driver_run(argv, tmp_path / "run.log", cluster.env()) as run:
+        run.wait_for_step(9, RUN_TIMEOUT_S)  # past the checkpoint of step 8
+        new_node = replace_trainer_node(cluster)
+        run.wait_for_step(TOTAL_STEPS - 1, RUN_TIMEOUT_S)
+        placement = alive_actors(cluster)
+        rc = run.wait(RUN_TIMEOUT_S)
+    s = summary(run_dir)
+    assert rc == 0 and s["status"] == "succeeded", s.get("error")
+    assert s["resumed_from"] and s["resumed_from"] >= 8, s  # restarted from a checkpoint, not step 0
+    assert placement.get("RayTrainWorker") == [new_node], placement
+    rows, expected = stable_rows(run_dir), stable_rows(reference.run_dir)
+    assert rows == expected, first_difference(expected, rows)
+    assert_same_weights(final_weights(run_dir, TOTAL_STEPS), final_weights(reference.run_dir, TOTAL_STEPS))
+
+
+def test_without_restarts_a_killed_trainer_node_fails_the_run_and_resume_continues_exactly(
+    cluster, cluster_reference, tmp_path
+):
+    reference, _ = cluster_reference
+    reward_nodes_alive(cluster)
+    run_dir = tmp_path / "trainer-node-killed-no-restart"
+    with driver_run(train_argv(run_dir, NODE_SETS), tmp_path / "run.log", cluster.env()) as run:
+        run.wait_for_step(9, RUN_TIMEOUT_S)
+        replace_trainer_node(cluster)
+        rc = run.wait(RUN_TIMEOUT_S)
+    s = summary(run_dir)
+    assert rc == 1 and s["status"] == "failed" and s["error"], s
+    assert checkpoint_steps(run_dir), "the checkpoints written before the kill stay"
+    with driver_run(
+        train_argv(run_dir, NODE_SETS, resume=True), tmp_path / "resume.log", cluster.env()
+    ) as run:
+        rc = run.wait(RUN_TIMEOUT_S)
+        output = run.output
+    s = summary(run_dir)
+    assert rc == 0 and s["status"] == "succeeded", s.get("error")
+    assert f"resuming from the checkpoint of step {s['resumed_from']} " in output
+    rows, expected = stable_rows(run_dir), stable_rows(reference.run_dir)
+    assert rows == expected, first_difference(expected, rows)
+    assert_same_weights(final_weights(run_dir, TOTAL_STEPS), final_weights(reference.run_dir, TOTAL_STEPS))
