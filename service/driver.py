@@ -249,6 +249,7 @@ class RunDriver:
             eval_pairs=self.eval_set,
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
+            checkpoint_dir=str(checkpoint_root(self.cfg)),
         )
         trainer = build_trainer(self.cfg, spec, control)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)

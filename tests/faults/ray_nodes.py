@@ -38,7 +38,12 @@ FAST_HEALTH_CHECKS = {
 }
 NODE_START_TIMEOUT_S = 90.0
 NAME_LABEL = "test-node"
+START_ATTEMPTS = 3
 OBJECT_STORE_BYTES = 256 * 1024 * 1024  # per node; a run moves little through the store
+
+
+class NodeExited(AssertionError):
+    """`ray start` ended before its node was up."""
 
 
 def free_port() -> int:
@@ -116,7 +121,7 @@ class LocalCluster:
         if labels:
             argv.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
         log_path = self.log_dir / f"node-{name}.log"
-        with open(log_path, "w") as log:
+        with open(log_path, "a") as log:
             proc = subprocess.Popen(
                 argv, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -137,18 +142,28 @@ class LocalCluster:
             f"--ray-client-server-port={free_port()}",
             f"--system-config={json.dumps(FAST_HEALTH_CHECKS)}",
         ]
-        node = self._start("head", args, {}, {})
-        self.wait_for_nodes(["head"])
-        return node
+        return self._start_and_wait("head", args, {}, {})
 
     def add_node(
         self, name: str, *, num_cpus: float, resources: dict | None = None, labels: dict | None = None
     ) -> RayNode:
         args = [f"--address={self.address}", f"--num-cpus={num_cpus:g}", "--num-gpus=0"]
         # A label naming the node tells it apart in Ray's state API from a twin with the same resources.
-        node = self._start(name, args, resources or {}, {**(labels or {}), NAME_LABEL: name})
-        self.wait_for_nodes([name])
-        return node
+        return self._start_and_wait(name, args, resources or {}, {**(labels or {}), NAME_LABEL: name})
+
+    def _start_and_wait(self, name: str, args: list[str], resources: dict, labels: dict) -> RayNode:
+        """Start a node and wait for it; again (twice at most) when `ray start` gives up, as it does
+        when its raylet takes over 30 s to register on a machine loaded by other work."""
+        for attempt in range(START_ATTEMPTS):
+            node = self._start(name, args, resources, labels)
+            try:
+                self.wait_for_nodes([name])
+                return node
+            except NodeExited:
+                node.kill()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def alive_nodes(self) -> list[dict[str, Any]]:
         from ray.util.state import list_nodes
@@ -162,7 +177,7 @@ class LocalCluster:
             for name in names:
                 node = self.nodes[name]
                 if node.proc.poll() is not None:
-                    raise AssertionError(f"ray node {name} exited:\n{node.log_path.read_text()[-3000:]}")
+                    raise NodeExited(f"ray node {name} exited:\n{node.log_path.read_text()[-3000:]}")
             with contextlib.suppress(Exception):  # the dashboard may not answer yet
                 self._match_node_ids(self.alive_nodes())
                 if all(self.nodes[n].node_id for n in names):
