@@ -24,6 +24,10 @@ class Frozen(BaseModel):
 # Option vocabularies, defined once: the GRPO maths read their allowed values from these.
 Scale = Literal["group", "batch", "none"]
 LossAgg = Literal["token", "sequence", "constant"]
+KLEstimator = Literal["k1", "k2", "k3"]
+RatioLevel = Literal["token", "sequence"]
+Overlong = Literal["none", "mask", "penalty"]
+LRSchedule = Literal["constant", "cosine", "linear"]
 
 
 # Named model sizes. `tiny` matches the reference GRPO benchmark shape (2 layers, 128 wide, 4 heads).
@@ -117,7 +121,44 @@ class GRPOConfig(Frozen):
     loss_constant: int | None = Field(
         None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)"
     )
-    passes: int = Field(1, ge=1, description="optimisation passes over one rollout")
+    epochs: int = Field(
+        1, ge=1, description="optimisation epochs over one step's rollouts (`passes` is an alias)"
+    )
+    minibatches: int = Field(
+        1,
+        ge=1,
+        description="optimiser steps per epoch, each on a shuffled 1/minibatches share of the rows; "
+        "old log-probs stay those of the policy that sampled",
+    )
+    kl_estimator: KLEstimator = Field(
+        "k3",
+        description="KL(policy || reference) per token: k1 = log-ratio, k2 = half its square, k3 = exp(-r)+r-1",
+    )
+    kl_placement: Literal["loss", "reward"] = Field(
+        "loss",
+        description="beta * KL in the loss, or subtracted from each completion's reward (verl use_kl_in_reward)",
+    )
+    ratio_level: RatioLevel = Field(
+        "token", description="importance ratio per token (PPO/GRPO) or per sequence (GSPO: geometric mean)"
+    )
+    dual_clip: float | None = Field(
+        None, gt=1.0, description="dual-clip bound c: a negative-advantage token's loss is at most -c * A"
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0.0,
+        description="truncated importance sampling: weight each token by min(p_trainer / p_sampler, cap)",
+    )
+    overlong: Overlong = Field(
+        "none",
+        description="completions cut at max_new_tokens: keep, mask from the loss, or DAPO's soft length penalty",
+    )
+    overlong_buffer: int = Field(
+        16, ge=1, description="penalty: tokens before max_new_tokens where the length penalty ramps up"
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0.0, description="penalty: reward subtracted at max_new_tokens (linear over the buffer)"
+    )
     on_unusable_reward: Literal["drop_group", "fail"] = Field(
         "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
     )
@@ -132,12 +173,30 @@ class GRPOConfig(Frozen):
         1.0, description="a sampled held-out completion passes (pass@k) when its reward is at least this"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _passes_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "passes" in data:
+            data = dict(data)
+            passes = data.pop("passes")
+            if "epochs" in data and data["epochs"] != passes:
+                raise ValueError("passes is an alias of epochs: give one of them")
+            data["epochs"] = passes
+        return data
+
+    @property
+    def passes(self) -> int:
+        """Optimisation epochs (the older name)."""
+        return self.epochs
+
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
         if self.clip_low > self.clip_high:
             raise ValueError(f"clip_low ({self.clip_low}) must be <= clip_high ({self.clip_high})")
         if self.loss_constant is not None and self.loss_agg != "constant":
             raise ValueError("loss_constant is only used with loss_agg='constant'")
+        if self.kl_placement == "reward" and self.beta == 0:
+            raise ValueError("kl_placement='reward' needs beta > 0 (the KL coefficient)")
         if self.ref_on_cpu and self.beta == 0:
             raise ValueError(
                 "ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false"
@@ -152,6 +211,11 @@ class SFTConfig(Frozen):
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0.0)
     warmup_steps: int = Field(20, ge=0)
+    lr_schedule: LRSchedule = Field(
+        "constant",
+        description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
+    )
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="final lr / lr of a cosine or linear decay")
 
 
 class OptimConfig(Frozen):
@@ -162,6 +226,11 @@ class OptimConfig(Frozen):
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float | None = Field(1.0, gt=0.0)
     warmup_steps: int = Field(0, ge=0)
+    lr_schedule: LRSchedule = Field(
+        "constant",
+        description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
+    )
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="final lr / lr of a cosine or linear decay")
     max_consecutive_skips: int = Field(
         5, ge=1, description="stop the run after this many non-finite steps in a row"
     )
@@ -197,6 +266,14 @@ class TrainerConfig(Frozen):
         if self.sampling.group_size < 2 and self.grpo.steps > 0:
             # The group mean is subtracted in every scale, so one completion per prompt has advantage 0.
             raise ValueError("sampling.group_size must be >= 2 for GRPO: with K=1 every advantage is 0")
+        g, rows = self.grpo, self.grpo.prompts_per_step * self.sampling.group_size
+        if g.minibatches > rows:
+            raise ValueError(f"grpo.minibatches ({g.minibatches}) must be <= the rows of a step ({rows})")
+        if g.overlong == "penalty" and g.overlong_buffer > self.sampling.max_new_tokens:
+            raise ValueError(
+                f"grpo.overlong_buffer ({g.overlong_buffer}) must be <= sampling.max_new_tokens "
+                f"({self.sampling.max_new_tokens})"
+            )
         if self.sampling.cuda_graphs and not self.sampling.compile:
             raise ValueError("sampling.cuda_graphs needs sampling.compile=true")
         return self

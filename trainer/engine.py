@@ -30,6 +30,7 @@ from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
+from trainer.grpo.shaping import mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
@@ -106,13 +107,18 @@ class Trainer:
     def optimizer(self, phase: str) -> GuardedOptimizer:
         """The phase's optimiser ('sft' or 'grpo'), built on first use: GRPO starts with fresh moments."""
         if phase not in self.optimizers:
+            c = self.cfg
             if phase == "sft":
-                lr, warmup = self.cfg.sft.lr, self.cfg.sft.warmup_steps
+                lr, warmup, sched, total = c.sft.lr, c.sft.warmup_steps, c.sft, c.sft.steps
             elif phase == "grpo":
-                lr, warmup = self.cfg.optim.lr, self.cfg.optim.warmup_steps
+                lr, warmup, sched = c.optim.lr, c.optim.warmup_steps, c.optim
+                total = c.grpo.steps * c.grpo.epochs * c.grpo.minibatches  # optimiser steps of the phase
             else:
                 raise ValueError(f"phase must be 'sft' or 'grpo', got {phase!r}")
-            self.optimizers[phase] = GuardedOptimizer(self.model, lr, warmup, self.cfg.optim, self.precision)
+            self.optimizers[phase] = GuardedOptimizer(
+                self.model, lr, warmup, c.optim, self.precision,
+                schedule=sched.lr_schedule, total_steps=total, min_lr_ratio=sched.min_lr_ratio,
+            )  # fmt: skip
         return self.optimizers[phase]
 
     def reference(self) -> GPT | None:
@@ -235,6 +241,7 @@ class Trainer:
             device=self.device,
             temperature=self.cfg.sampling.temperature,
             max_new_tokens=self.cfg.sampling.max_new_tokens,
+            shuffle_seed=derived_seed(self.cfg.seed, -3, self.rank, self.grpo_steps),
         )
 
     def _select(self, scored: Rewards) -> GroupSelection:
@@ -253,16 +260,24 @@ class Trainer:
         n_rows = sum(r.num_rows for r in rollouts)
         if len(scored.values) != n_rows:
             raise ValueError(f"{len(scored.values)} rewards for {n_rows} sampled completions")
-        if ref_logprobs is None and self.cfg.grpo.beta > 0:
+        cfg = self.cfg.grpo
+        if ref_logprobs is None and cfg.beta > 0:
             ref_logprobs = self.reference_logprobs(rollouts)
-        sel = self._select(scored)
-        kept_rows = float(reduce_on(sel.row_weight.sum().reshape(1), self.device)[0])
+        shaped = shape_rewards(
+            cfg, rollouts, scored, ref_logprobs, self.tokenizer.eos_id, self.cfg.sampling.max_new_tokens
+        )
+        sel = self._select(shaped.rewards)
+        if cfg.overlong == "mask":
+            sel = mask_rows(sel, shaped.truncated)
+        in_loss = ((sel.row_weight > 0) | (sel.kl_weight > 0)).sum().reshape(1).float()
+        kept_rows = float(reduce_on(in_loss, self.device)[0])
+        loss_ref = ref_logprobs if cfg.kl_placement == "loss" else None
         opt = self.optimizer("grpo")
         m = DeviceMetrics()
         m.add("lr", opt.lr)
         with timer.phase("update_s"):
             if kept_rows > 0:
-                GRPOUpdate(self.update_context(), self.cfg.grpo, opt, rollouts, sel, ref_logprobs).run(m)
+                GRPOUpdate(self.update_context(), cfg, opt, rollouts, sel, loss_ref).run(m)
             else:  # every group dropped everywhere: nothing to learn, no optimiser step
                 record_empty_update(m, opt)
             m.add("empty_update", float(kept_rows == 0))
@@ -270,12 +285,14 @@ class Trainer:
             host = self._finish(m, opt)
         self.grpo_steps += 1
         host.update(
-            reward_mean=sel.reward_mean,
+            reward_mean=shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size),
             zero_var_frac=sel.zero_var_groups / sel.num_groups,
             dropped_groups=float(sel.dropped_groups),
             unusable_groups=float(sel.unusable_groups),
             completions=float(n_rows),
             reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,
+            truncated_frac=float(shaped.truncated.float().mean()),
+            kl_reward_penalty=float(shaped.kl_penalty.mean()),
         )
         host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items()})
         return host

@@ -10,12 +10,13 @@ host never waits for the GPU to decide. That is why AdamW is fused on CPU as wel
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from trainer.config import OptimConfig
+from trainer.config import LRSchedule, OptimConfig
 from trainer.precision import Precision
 
 
@@ -48,13 +49,35 @@ def build_adamw(
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=lr, betas=cfg.betas, fused=True)
 
 
-def lr_at(step: int, base_lr: float, warmup_steps: int) -> float:
-    """Linear warmup over `warmup_steps` optimiser steps (0-based `step`), then constant `base_lr`."""
+def lr_at(
+    step: int,
+    base_lr: float,
+    warmup_steps: int,
+    schedule: LRSchedule = "constant",
+    total_steps: int = 0,
+    min_lr_ratio: float = 0.0,
+) -> float:
+    """The learning rate of optimiser step `step` (0-based).
+
+    Linear warm-up over `warmup_steps` steps ((step + 1) / warmup_steps of base_lr), then with
+    progress p = (step - warmup_steps) / (total_steps - warmup_steps) in [0, 1]:
+    "constant": base_lr; "linear": base_lr * (m + (1 - m) * (1 - p)); "cosine": base_lr *
+    (m + (1 - m) * (1 + cos(pi p)) / 2), m = min_lr_ratio (Hugging Face's schedules with a floor).
+    """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
-    if warmup_steps <= 0 or step >= warmup_steps:
+    if warmup_steps > 0 and step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    if schedule == "constant":
         return base_lr
-    return base_lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if schedule == "linear":
+        decay = 1.0 - progress
+    elif schedule == "cosine":
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ValueError(f"lr schedule must be constant, linear or cosine, got {schedule!r}")
+    return base_lr * (min_lr_ratio + (1.0 - min_lr_ratio) * decay)
 
 
 class StepResult(NamedTuple):
@@ -80,10 +103,17 @@ class GuardedOptimizer:
         warmup_steps: int,
         cfg: OptimConfig,
         precision: Precision,
+        *,
+        schedule: LRSchedule = "constant",
+        total_steps: int = 0,
+        min_lr_ratio: float = 0.0,
     ) -> None:
+        """schedule, total_steps, min_lr_ratio: the decay after warm-up (`lr_at`); total_steps counts
+        optimiser steps of the phase."""
         self.cfg = cfg
         self.base_lr = base_lr
         self.warmup_steps = warmup_steps
+        self.schedule = (schedule, total_steps, min_lr_ratio)
         self.precision = precision
         self.optimizer = build_adamw(model, base_lr, cfg, precision.device)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -93,7 +123,7 @@ class GuardedOptimizer:
     @property
     def lr(self) -> float:
         """Learning rate of the next step."""
-        return lr_at(self.steps, self.base_lr, self.warmup_steps)
+        return lr_at(self.steps, self.base_lr, self.warmup_steps, *self.schedule)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

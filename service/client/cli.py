@@ -217,8 +217,23 @@ _CHATTY_RAY_LOGGERS = (
 )
 
 
+def _fail(as_json: bool, message: str, code: int) -> int:
+    """One line on stderr; with --json also `{"error", "exit_code"}` on stdout for scripts."""
+    print(f"error: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code}))
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse printed usage and its message on stderr
+        code = exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+        if code and "--json" in argv:
+            print(json.dumps({"error": "bad arguments (see usage on stderr)", "exit_code": code}))
+        return code
     for name in _CHATTY_RAY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
@@ -227,10 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return run_command(client, args)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(args.json, str(error), EXIT_USAGE)
     except ClientError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return exit_code(error)
+        return _fail(args.json, str(error), exit_code(error))
     except KeyboardInterrupt:
         return 130

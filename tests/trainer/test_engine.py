@@ -110,12 +110,23 @@ def test_unusable_reward_drops_its_group_or_fails():
 
 
 def test_all_groups_dropped_makes_no_optimiser_step():
-    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
+    trainer = Trainer(small_cfg(beta=0.0), CHESS_TOKENIZER)
     before = _params(trainer)
     m = trainer.grpo_step(PAIRS, InlineRewards(lambda c, t: [0.5] * len(c)))  # zero variance everywhere
     assert m["zero_var_frac"] == 1.0 and m["dropped_groups"] == 4 and m["empty_update"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, _params(trainer), strict=True))
     assert trainer.optimizer("grpo").steps == 0
+
+
+def test_kl_still_regularises_zero_variance_groups():
+    trainer = Trainer(small_cfg(beta=0.5, passes=2, optim={"lr": 1e-2}), CHESS_TOKENIZER)
+    trainer.grpo_step(PAIRS, InlineRewards(char_match))  # the policy moves away from the reference
+    before = _params(trainer)
+    m = trainer.grpo_step(PAIRS, InlineRewards(lambda c, t: [0.5] * len(c)))  # zero variance everywhere
+    assert m["zero_var_frac"] == 1.0 and m["dropped_groups"] == 4 and m["empty_update"] == 0.0
+    assert m["kl"] > 0 and m["grad_norm"] > 0  # the KL term alone moved the policy
+    assert any(not torch.equal(a, b) for a, b in zip(before, _params(trainer), strict=True))
+    assert trainer.optimizer("grpo").steps == 4
 
 
 @pytest.mark.parametrize("agg", ["token", "sequence", "constant"])

@@ -1,5 +1,7 @@
 """AdamW groups, the LR schedule, and the sync-free non-finite guard."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -56,6 +58,39 @@ def test_linear_warmup_then_constant():
     assert lr_at(0, 0.3, 0) == 0.3
     with pytest.raises(ValueError):
         lr_at(-1, 1.0, 2)
+
+
+def test_cosine_and_linear_decay_after_warmup():
+    # warm-up 2 of 10 steps, floor 0.1: p = (s - 2) / 8 after it
+    expected_cos = [0.5, 1.0] + [
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - 2) / 8)) for s in range(2, 11)
+    ]
+    expected_lin = [0.5, 1.0] + [0.1 + 0.9 * (1 - (s - 2) / 8) for s in range(2, 11)]
+    assert [lr_at(s, 1.0, 2, "cosine", 10, 0.1) for s in range(11)] == pytest.approx(expected_cos, abs=1e-12)
+    assert [lr_at(s, 1.0, 2, "linear", 10, 0.1) for s in range(11)] == pytest.approx(expected_lin, abs=1e-12)
+    assert lr_at(50, 1.0, 2, "cosine", 10, 0.1) == pytest.approx(0.1)  # past the end: the floor
+    assert lr_at(5, 2.0, 2, "constant", 10, 0.1) == 2.0
+
+
+def test_the_trainer_schedules_each_phase_over_its_own_steps():
+    from trainer.config import TrainerConfig
+    from trainer.data.chess_games import CHESS_ALPHABET
+    from trainer.engine import Trainer
+    from trainer.policy.char_tokenizer import CharTokenizer
+
+    cfg = TrainerConfig.model_validate(
+        {
+            "sft": {"steps": 4, "lr": 1.0, "warmup_steps": 0, "lr_schedule": "linear"},
+            "grpo": {"steps": 5, "epochs": 2, "minibatches": 2},
+            "optim": {"lr": 1.0, "warmup_steps": 4, "lr_schedule": "cosine", "min_lr_ratio": 0.5},
+        }
+    )
+    trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET))
+    sft, grpo = trainer.optimizer("sft"), trainer.optimizer("grpo")
+    assert sft.lr == 1.0 and grpo.lr == 0.25
+    sft.steps, grpo.steps = 3, 19  # the last step of each phase (GRPO: 5 steps x 2 epochs x 2 mini-batches)
+    assert sft.lr == pytest.approx(0.25) and grpo.lr == pytest.approx(lr_at(19, 1.0, 4, "cosine", 20, 0.5))
+    assert grpo.lr < 0.51
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])

@@ -1,4 +1,5 @@
-"""The GRPO objective as pure functions: the clipped surrogate, k3 KL, aggregation.
+"""The GRPO objective as pure functions: the ratio (token or sequence), the clipped surrogate
+(with dual-clip), the KL penalty, aggregation.
 
 Layout everywhere: N = G*K rows, group after group (prompt g owns rows g*K .. g*K+K-1); L is the
 completion length. Nothing here moves data to the host: every result is a tensor.
@@ -6,50 +7,76 @@ completion length. Nothing here moves data to the host: every result is a tensor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple, get_args
 
 import torch
 from torch import Tensor
 
-from trainer.config import LossAgg
+from trainer.config import KLEstimator, LossAgg, RatioLevel
+from trainer.grpo.kl import k3_kl, kl_estimate
 
 _AGGS = get_args(LossAgg)
+SEQ_LOG_RATIO_MAX = 10.0  # verl's GSPO clamp on the sequence log-ratio
+
+__all__ = ["k3_kl"]  # re-exported: the estimators live in trainer.grpo.kl
 
 
-def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(policy || reference): exp(r) - r - 1 with r = ref - logp.
+def token_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """log(pi / pi_old) per token `[N, L]` (PPO, GRPO); 0 where masked."""
+    return torch.where(mask, logprobs - old_logprobs, 0.0)
 
-    Shapes `[N, L]` in, `[N, L]` out. Always >= 0, exactly 0 where the two log-probs are equal,
-    unbiased for the KL under samples of the policy (Schulman, "Approximating KL divergence").
+
+def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's sequence ratio on every token `[N, L]`: the value is the row's mean log-ratio
+    (log of the length-normalised ratio (pi/pi_old)^(1/|y|)), the gradient is the token's own
+    d logp (GSPO-token form, verl `compute_policy_loss_gspo`), clamped above at 10 as verl does."""
+    lengths = mask.sum(dim=1, keepdim=True).clamp(min=1)
+    seq = (torch.where(mask, logprobs - old_logprobs, 0.0).sum(dim=1, keepdim=True) / lengths).detach()
+    value = logprobs - logprobs.detach() + seq
+    return torch.where(mask, torch.clamp(value, max=SEQ_LOG_RATIO_MAX), 0.0)
+
+
+LOG_RATIOS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "token": token_log_ratio,
+    "sequence": sequence_log_ratio,
+}
+assert set(LOG_RATIOS) == set(get_args(RatioLevel))
+
+
+def clipped_surrogate(
+    log_ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float, dual_clip: float | None
+) -> tuple[Tensor, Tensor]:
+    """(per-token loss `[N, L]`, clipped `[N, L]` bool) of PPO's clipped objective.
+
+    loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)); with dual_clip c,
+    a token with A < 0 is further bounded: min(that, -A * c) (Ye et al. 2020, verl `clip_ratio_c`).
+    `clipped` marks tokens whose loss came from a bound (their policy gradient is 0).
     """
-    r = ref_logprobs - logprobs
-    return torch.expm1(r) - r  # expm1: exact near r = 0, where exp(r) - 1 would lose digits
+    ratio = torch.exp(log_ratio)
+    adv = advantages.detach().unsqueeze(1).to(ratio.dtype)  # [N, 1]
+    unclipped = -adv * ratio
+    bounded = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, bounded)
+    clipped = bounded > unclipped
+    if dual_clip is not None:
+        lower = -adv * dual_clip
+        dual = (adv < 0) & (lower < loss)
+        loss = torch.where(dual, lower.expand_as(loss), loss)
+        clipped = clipped | dual
+    return loss, clipped
 
 
 class PolicyLossTerms(NamedTuple):
     """Per-token terms `[N, L]`; masked positions hold 0 (never NaN or inf from padding)."""
 
-    loss: Tensor  # clipped surrogate loss (+ beta * kl)
-    kl: Tensor  # k3 KL to the reference (zeros when there is none)
+    loss: Tensor  # pg + beta * kl
+    pg: Tensor  # the clipped surrogate (times the truncated-IS weight when there is one)
+    kl: Tensor  # the KL estimate to the reference, with its gradient (zeros when there is none)
     clipped: Tensor  # bool: the clipped branch was taken, so this token's policy gradient is 0
 
 
-def policy_loss_terms(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logprobs: Tensor | None = None,
-    beta: float = 0.0,
-) -> PolicyLossTerms:
-    """Per-token PPO-clip loss with asymmetric clipping and an optional k3 KL penalty.
-
-    logprobs, old_logprobs, ref_logprobs `[N, L]` (old and ref carry no gradient); advantages `[N]`;
-    mask `[N, L]` bool, the tokens that take part. With ratio = exp(logp - old_logp):
-    loss = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A) + beta * k3(logp, ref).
-    """
+def _check_terms(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, ref_logprobs, beta):
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
             f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
@@ -61,24 +88,49 @@ def policy_loss_terms(
         raise ValueError("beta > 0 needs ref_logprobs")
     if not 0 <= clip_low < 1 or clip_high < 0:
         raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+
+
+def policy_loss_terms(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float,
+    clip_high: float,
+    ref_logprobs: Tensor | None = None,
+    beta: float = 0.0,
+    *,
+    ratio_level: RatioLevel = "token",
+    dual_clip: float | None = None,
+    kl_estimator: KLEstimator = "k3",
+    is_weights: Tensor | None = None,
+) -> PolicyLossTerms:
+    """Per-token clipped-surrogate loss plus an optional KL penalty.
+
+    logprobs, old_logprobs, ref_logprobs `[N, L]` (old and ref carry no gradient); advantages `[N]`;
+    mask `[N, L]` bool, the tokens that take part; is_weights `[N, L]` (no gradient): truncated
+    importance weights multiplying the surrogate. ratio_level picks the ratio (`LOG_RATIOS`), and
+    kl_estimator the KL (`trainer.grpo.kl`): loss = surrogate * is_weights + beta * kl.
+    """
+    _check_terms(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, ref_logprobs, beta)
+    if ratio_level not in LOG_RATIOS:
+        raise ValueError(f"ratio_level must be one of {sorted(LOG_RATIOS)}, got {ratio_level!r}")
     mask = mask.bool()
     # Masked positions may hold anything (padding logits). Replace them BEFORE any arithmetic: a
     # where() after exp() would still send 0 * inf = NaN into the gradient.
     logprobs = torch.where(mask, logprobs, 0.0)
-    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), 0.0)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.detach().unsqueeze(1).to(ratio.dtype)  # [N, 1]
-    unclipped = ratio * adv
-    clipped_obj = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    surrogate = torch.minimum(unclipped, clipped_obj)
-    clipped = mask & (clipped_obj < unclipped)
-    loss = -surrogate
+    old = torch.where(mask, old_logprobs.detach(), 0.0)
+    log_ratio = LOG_RATIOS[ratio_level](logprobs, old, mask)
+    pg, clipped = clipped_surrogate(log_ratio, advantages, clip_low, clip_high, dual_clip)
+    if is_weights is not None:
+        pg = pg * torch.where(mask, is_weights.detach(), 0.0)
+    pg = torch.where(mask, pg, 0.0)
     if ref_logprobs is not None and beta > 0:
-        kl = k3_kl(logprobs, torch.where(mask, ref_logprobs.detach(), 0.0))
-        loss = loss + beta * kl
+        kl = kl_estimate(logprobs, torch.where(mask, ref_logprobs.detach(), 0.0), kl_estimator)
+        kl = torch.where(mask, kl, 0.0)
     else:
-        kl = torch.zeros_like(loss)
-    return PolicyLossTerms(loss=torch.where(mask, loss, 0.0), kl=kl.detach(), clipped=clipped)
+        kl = torch.zeros_like(pg)
+    return PolicyLossTerms(loss=pg + beta * kl, pg=pg, kl=kl, clipped=mask & clipped)
 
 
 def token_weights(mask: Tensor, loss_agg: LossAgg) -> Tensor:

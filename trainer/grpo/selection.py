@@ -30,7 +30,8 @@ class GroupSelection(NamedTuple):
     """Per-row advantages and loss weights of one rank's step, on the host (CPU tensors)."""
 
     advantages: Tensor  # [N] float32; 0 for rows of dropped groups
-    row_weight: Tensor  # [N] float32: 1 for rows in the loss, 0 for rows of dropped groups
+    row_weight: Tensor  # [N] float32: 1 for rows in the policy term, 0 for rows of dropped groups
+    kl_weight: Tensor  # [N] float32: 1 for rows in the KL term (zero-variance groups too, when beta > 0)
     num_groups: int  # G
     unusable_groups: int  # groups with at least one unusable reward
     zero_var_groups: int  # usable groups whose rewards are all equal (within zero_var_tol)
@@ -92,10 +93,14 @@ def select_groups(
     if usable_values.numel():
         zero_var[usable] = zero_variance_groups(usable_values, group_size, cfg.zero_var_tol)
     keep = usable & ~zero_var if cfg.zero_var_groups == "drop" else usable
+    # A zero-variance group carries no policy gradient, but its samples still measure the KL to the
+    # reference: with a KL term in the loss it keeps regularising them (as TRL, which never drops).
+    kl_keep = usable if (cfg.beta > 0 and cfg.kl_placement == "loss") else keep
     advantages[~keep] = 0.0
     return GroupSelection(
         advantages=advantages.reshape(-1),
         row_weight=keep.repeat_interleave(group_size).float(),
+        kl_weight=kl_keep.repeat_interleave(group_size).float(),
         num_groups=g,
         unusable_groups=unusable,
         zero_var_groups=int(zero_var.sum()),

@@ -1,9 +1,12 @@
-"""The optimisation passes of one GRPO step over its rollouts (gradient accumulation per micro-batch).
+"""The optimisation of one GRPO step over its rollouts: `grpo.epochs` epochs of `grpo.minibatches`
+optimiser steps each, every step accumulating gradients over the micro-batches it touches.
 
-The old policy of the importance ratio is the policy at the start of the step: its log-probs are
-taken from the first pass's own forward (detached), so no extra forward is needed and the ratio is
-exactly 1 on the first pass, whatever the sampler's numerics (KV cache, autocast) did. The
-sampler's log-probs are only compared with it, as the `sampler_logprob_gap` metric.
+Old log-probs (the denominator of the importance ratio) are those of the policy that sampled, i.e.
+the weights at the start of the step. With one mini-batch they come from the first epoch's own
+forward (detached), so no extra forward is needed and the ratio is exactly 1 at the first step;
+with several, a no-grad forward over every row precedes the first optimiser step. The sampler's own
+log-probs (KV cache, autocast) differ from them only by numerics: their gap is the
+`sampler_logprob_gap` metric, and `grpo.tis_cap` weights each token by min(exp(old - sampler), cap).
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from trainer.config import GRPOConfig
 from trainer.distributed import all_reduce_sum
+from trainer.grpo.dropout import dropout_disabled
 from trainer.grpo.loss import aggregate_loss, loss_denominator, policy_loss_terms
+from trainer.grpo.minibatch import minibatch_rows, select_rows, split_by_rollout
 from trainer.grpo.selection import GroupSelection
 from trainer.metrics import DeviceMetrics
 from trainer.optim import GuardedOptimizer
@@ -49,6 +55,7 @@ class UpdateContext:
     device: torch.device
     temperature: float  # the sampling temperature: log-probs are taken under it
     max_new_tokens: int  # the default normaliser of loss_agg='constant'
+    shuffle_seed: int = 0  # seeds the order of this rank's rows in mini-batches
 
 
 def record_empty_update(metrics: DeviceMetrics, opt: GuardedOptimizer) -> None:
@@ -58,8 +65,22 @@ def record_empty_update(metrics: DeviceMetrics, opt: GuardedOptimizer) -> None:
     metrics.add("consecutive_skips", opt.consecutive)
 
 
+class _Part(NamedTuple):
+    """One micro-batch of the step and its per-row inputs to the loss (on the device)."""
+
+    rollout: Rollout
+    advantages: Tensor  # [N_i]
+    row_weight: Tensor  # [N_i] 1: the policy term counts this row
+    kl_weight: Tensor  # [N_i] 1: the KL term counts this row
+    ref: Tensor | None  # [N_i, L_i] reference log-probs, None without a KL term in the loss
+
+
+def _take(t: Tensor | None, rows: Tensor | None) -> Tensor | None:
+    return t if (t is None or rows is None) else t[rows.to(t.device)]
+
+
 class GRPOUpdate:
-    """`grpo.passes` optimiser steps over one step's micro-batches; sums stay on the device."""
+    """`grpo.epochs` x `grpo.minibatches` optimiser steps over one step's micro-batches; sums stay on the device."""
 
     def __init__(
         self,
@@ -71,72 +92,119 @@ class GRPOUpdate:
         ref_logprobs: Sequence[Tensor] | None,
     ) -> None:
         self.ctx, self.opt, self.cfg = ctx, opt, cfg
-        device = ctx.device
-        sizes = [r.num_rows for r in rollouts]
-        advantages = selection.advantages.to(device).split(sizes)  # M x [N_i]
-        row_weight = selection.row_weight.to(device).split(sizes)  # M x [N_i]
+        self.sizes = [r.num_rows for r in rollouts]
+        split = [
+            getattr(selection, f).to(ctx.device).split(self.sizes)
+            for f in ("advantages", "row_weight", "kl_weight")
+        ]
         refs = ref_logprobs if ref_logprobs is not None else [None] * len(rollouts)
-        self.parts = list(zip(rollouts, advantages, row_weight, refs, strict=True))
+        self.parts = [_Part(*p) for p in zip(rollouts, *split, refs, strict=True)]
+        self.in_loss = (selection.row_weight > 0) | (selection.kl_weight > 0)  # [N] host
         self.old: list[Tensor | None] = [None] * len(rollouts)
-        zero = torch.zeros((), device=device)
-        self.sums = {
-            name: zero.clone() for name in ("kl", "clipped", "kept_tokens", "entropy", "tokens", "gap")
-        }
+        zero = torch.zeros((), device=ctx.device)
+        names = ("kl", "kl_tokens", "clipped", "kept_tokens", "entropy", "tokens", "gap")
+        self.sums = {name: zero.clone() for name in names}
 
-    def _denominator(self) -> Tensor:
-        """The loss normaliser summed over micro-batches and ranks (a device scalar, no host sync)."""
+    def _record_old(self, i: int, logprobs: Tensor, entropy: Tensor) -> None:
+        """Keep micro-batch i's old log-probs (the policy that sampled) and its entropy and gap sums."""
+        rollout = self.parts[i].rollout
+        self.old[i] = logprobs.detach()
+        self.sums["entropy"] += entropy.detach().sum()  # 0 outside the mask
+        self.sums["tokens"] += rollout.completion_mask.sum()
+        self.sums["gap"] += (logprobs.detach() - rollout.old_logprobs).abs().sum()
+
+    def _old_pass(self) -> None:
+        """Old log-probs of every row before any optimiser step (needed once rows are shuffled)."""
+        with torch.no_grad():
+            for i, part in enumerate(self.parts):
+                with self.ctx.precision.autocast():
+                    logprobs, entropy = completion_logprobs(
+                        self.ctx.model, part.rollout, self.ctx.temperature
+                    )
+                self._record_old(i, logprobs, entropy)
+
+    def _denominators(self, rows: Sequence[Tensor | None]) -> Tensor:
+        """[policy, KL] normalisers of one optimiser step, summed over micro-batches and ranks."""
         constant = self.cfg.loss_constant or self.ctx.max_new_tokens
-        local = sum(
-            loss_denominator(r.completion_mask, w, self.cfg.loss_agg, constant) for r, _, w, _ in self.parts
-        )
+        agg = self.cfg.loss_agg
+        local = torch.zeros(2, device=self.ctx.device)
+        for part, r in zip(self.parts, rows, strict=True):
+            mask = _take(part.rollout.completion_mask, r)
+            local[0] += loss_denominator(mask, _take(part.row_weight, r), agg, constant)
+            local[1] += loss_denominator(mask, _take(part.kl_weight, r), agg, constant)
         return all_reduce_sum(local).clamp(min=1.0)
 
-    def _micro_batch(self, i: int, first_pass: bool, denominator: Tensor) -> Tensor:
-        """Forward and backward of micro-batch i; returns its (detached) share of the loss."""
-        ctx = self.ctx
-        rollout, advantages, row_weight, ref = self.parts[i]
+    def _micro_batch(self, i: int, rows: Tensor | None, denominators: Tensor) -> Tensor:
+        """Forward and backward of micro-batch i's `rows` (None: all); returns its (detached) loss share."""
+        ctx, cfg, part = self.ctx, self.cfg, self.parts[i]
+        rollout = part.rollout if rows is None else select_rows(part.rollout, rows)
         mask = rollout.completion_mask
         with ctx.precision.autocast():
             logprobs, entropy = completion_logprobs(ctx.model, rollout, ctx.temperature)
-        if first_pass:
-            self.old[i] = logprobs.detach()
-            self.sums["entropy"] += entropy.detach().sum()  # 0 outside the mask
-            self.sums["tokens"] += mask.sum()
-            self.sums["gap"] += (logprobs.detach() - rollout.old_logprobs).abs().sum()
+        if self.old[i] is None:  # one mini-batch: the first epoch's forward gives the old log-probs
+            self._record_old(i, logprobs, entropy)
+        old = _take(self.old[i], rows)
+        is_weights = None
+        if cfg.tis_cap is not None:
+            is_weights = torch.clamp(torch.exp(old - rollout.old_logprobs), max=cfg.tis_cap)
+        row_weight, kl_weight = _take(part.row_weight, rows), _take(part.kl_weight, rows)
         terms = policy_loss_terms(
-            logprobs, self.old[i], advantages, mask, self.cfg.clip_low, self.cfg.clip_high, ref, self.cfg.beta
-        )
+            logprobs, old, _take(part.advantages, rows), mask, cfg.clip_low, cfg.clip_high,
+            _take(part.ref, rows), cfg.beta if part.ref is not None else 0.0,
+            ratio_level=cfg.ratio_level, dual_clip=cfg.dual_clip, kl_estimator=cfg.kl_estimator,
+            is_weights=is_weights,
+        )  # fmt: skip
+        loss = aggregate_loss(terms.pg, mask, row_weight, cfg.loss_agg, denominators[0])
+        if part.ref is not None:
+            loss = loss + cfg.beta * aggregate_loss(terms.kl, mask, kl_weight, cfg.loss_agg, denominators[1])
         # DDP averages gradients over ranks: multiply by the world size to get the global sum / denominator.
-        loss = aggregate_loss(terms.loss, mask, row_weight, self.cfg.loss_agg, denominator) * ctx.world
+        loss = loss * ctx.world
         ctx.precision.backward(loss)
         kept = mask & row_weight.bool().unsqueeze(1)
-        self.sums["kl"] += torch.where(kept, terms.kl, 0.0).sum()
+        kl_kept = mask & kl_weight.bool().unsqueeze(1)
+        self.sums["kl"] += torch.where(kl_kept, terms.kl.detach(), 0.0).sum()
+        self.sums["kl_tokens"] += kl_kept.sum()
         self.sums["clipped"] += (terms.clipped & kept).sum()
         self.sums["kept_tokens"] += kept.sum()
         return loss.detach()
 
-    def run(self, metrics: DeviceMetrics) -> None:
-        """All passes; adds UPDATE_METRICS and consecutive_skips to `metrics`."""
+    def _optimiser_step(self, rows: Tensor | None, metrics: DeviceMetrics):
+        """One optimiser step over the step's `rows` (None: every row), accumulated per micro-batch."""
         ctx = self.ctx
-        denominator = self._denominator()
+        per_part = [None] * len(self.parts) if rows is None else split_by_rollout(rows, self.sizes)
+        active = [i for i, r in enumerate(per_part) if r is None or r.numel()]
+        denominators = self._denominators(per_part)
+        self.opt.zero_grad()
+        loss = torch.zeros((), device=ctx.device)
+        for k, i in enumerate(active):
+            with ctx.no_sync(k < len(active) - 1):
+                loss = loss + self._micro_batch(i, per_part[i], denominators)
+        result = self.opt.step(loss)
+        metrics.add("loss", all_reduce_sum(loss.clone()) / ctx.world, mean=True)
+        metrics.add("grad_norm", result.grad_norm, mean=True)
+        metrics.add("skipped", result.skipped)
+        return result
+
+    def run(self, metrics: DeviceMetrics) -> None:
+        """Every epoch's optimiser steps; adds UPDATE_METRICS and consecutive_skips to `metrics`."""
+        cfg, ctx = self.cfg, self.ctx
         ctx.model.train()
-        last = len(self.parts) - 1
+        generator = torch.Generator().manual_seed(ctx.shuffle_seed)
         result = None
-        for p in range(self.cfg.passes):
-            self.opt.zero_grad()
-            loss = torch.zeros((), device=ctx.device)
-            for i in range(len(self.parts)):
-                with ctx.no_sync(i < last):
-                    loss = loss + self._micro_batch(i, p == 0, denominator)
-            result = self.opt.step(loss)
-            metrics.add("loss", all_reduce_sum(loss.clone()) / ctx.world, mean=True)
-            metrics.add("grad_norm", result.grad_norm, mean=True)
-            metrics.add("skipped", result.skipped)
+        with dropout_disabled(ctx.model):
+            if cfg.minibatches > 1:
+                self._old_pass()
+            for _ in range(cfg.epochs):
+                plan = (
+                    [None]
+                    if cfg.minibatches == 1
+                    else minibatch_rows(self.in_loss, cfg.minibatches, generator)
+                )
+                for rows in plan:
+                    result = self._optimiser_step(rows, metrics)
         s = self.sums
-        kept = s["kept_tokens"].clamp(min=1.0)
-        tokens = s["tokens"].clamp(min=1.0)
-        metrics.add("kl", s["kl"] / kept)
-        metrics.add("clip_frac", s["clipped"] / kept)
-        metrics.add("entropy", s["entropy"] / tokens)
-        metrics.add("sampler_logprob_gap", s["gap"] / tokens)
+        metrics.add("kl", s["kl"] / s["kl_tokens"].clamp(min=1.0))
+        metrics.add("clip_frac", s["clipped"] / s["kept_tokens"].clamp(min=1.0))
+        metrics.add("entropy", s["entropy"] / s["tokens"].clamp(min=1.0))
+        metrics.add("sampler_logprob_gap", s["gap"] / s["tokens"].clamp(min=1.0))
         metrics.add("consecutive_skips", result.consecutive_skips)

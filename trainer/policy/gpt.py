@@ -42,7 +42,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
-        self.dropout = config.dropout
+        self.attn_dropout = nn.Dropout(config.dropout)  # a module, so switching dropout off reaches it
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(
@@ -60,7 +60,7 @@ class CausalSelfAttention(nn.Module):
             k,
             v,
             attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.attn_dropout.p if self.training else 0.0,
             is_causal=mask is None,
         )
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))

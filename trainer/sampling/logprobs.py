@@ -13,16 +13,21 @@ from torch import Tensor, nn
 from trainer.sampling.rollout import Rollout
 
 
+def _at_least_fp32(t: Tensor) -> Tensor:
+    """float32, or float64 when `t` already is (hand-checked maths in float64 stay float64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """log softmax(logits)[target] `[B, T]` float32 for logits `[B, T, V]` and targets `[B, T]`."""
-    logits = logits.float()
+    """log softmax(logits)[target] `[B, T]` float32 (float64 for float64 logits) for logits `[B, T, V]`."""
+    logits = _at_least_fp32(logits)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
 
 
 def token_entropy(logits: Tensor) -> Tensor:
     """Entropy `[B, T]` float32 of softmax(logits) for logits `[B, T, V]`."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(_at_least_fp32(logits), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 
@@ -41,7 +46,9 @@ def completion_logprobs(model: nn.Module, rollout: Rollout, temperature: float) 
         raise ValueError(f"rollout needs a prompt (P={p}) and at least one completion token")
     # The last token's prediction is never needed: feed all but the last column.
     logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
-    logits = logits[:, p - 1 :].float() / temperature  # [N, L, V]: position p-1+j predicts completion token j
+    logits = (
+        _at_least_fp32(logits[:, p - 1 :]) / temperature
+    )  # [N, L, V]: position p-1+j predicts completion token j
     logp = token_logprobs(logits, rollout.input_ids[:, p:])
     entropy = token_entropy(logits)
     keep = rollout.completion_mask

@@ -80,7 +80,7 @@ def test_zero_variance_groups():
 
 def test_k3_is_nonnegative_and_zero_at_equality():
     logp = torch.randn(64, 16, dtype=torch.float64)
-    ref = logp + torch.randn(64, 16, dtype=torch.float64)
+    ref = logp + 0.5 * torch.randn(64, 16, dtype=torch.float64)  # |r| < 2.6: inside the k3 clamp
     kl = k3_kl(logp, ref)
     assert (kl >= 0).all()
     r = ref - logp
