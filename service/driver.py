@@ -150,9 +150,14 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(failures, dict) and failures:
         rank, error = sorted(failures.items())[0]
         cause = getattr(error, "cause", None) or error
-        return f"worker {rank}: {type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"
+        return f"worker {rank}: {type(cause).__name__}: {_last_line(cause)}"
+    return f"{type(exc).__name__}: {_last_line(exc)}"
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of an exception's text, its runs of blanks (tabs from Ray) made one space."""
+    lines = str(exc).strip().splitlines()
+    return " ".join(lines[-1].split()) if lines else ""
 
 
 class StopSignals:
