@@ -4,7 +4,8 @@ from rewards import score, score_batch
 score("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", target).total
 """
 
-from rewards.config import RewardConfig, UserRewardSpec
+from rewards.config import EngineConfig, RewardConfig, UserRewardSpec
+from rewards.move import MoveScorer
 from rewards.registry import (
     RewardSpecError,
     register_reward,
@@ -30,7 +31,9 @@ from rewards.signature import RewardParams, RewardSignatureError, reward_params
 __all__ = [
     "BAD_INPUT",
     "ERROR",
+    "EngineConfig",
     "INVALID",
+    "MoveScorer",
     "OK",
     "STATUSES",
     "TIMEOUT",

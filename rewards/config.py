@@ -26,10 +26,18 @@ class _Frozen(BaseModel):
 
 
 class UserRewardSpec(_Frozen):
-    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`."""
+    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`.
+
+    `fn` may be `async def` (its items are awaited side by side), or a class: built once per
+    reward worker, its `setup()` called then, its `__call__` scoring, its `close()` called at the end.
+    """
 
     fn: str = Field(description="'package.module:function', or a name given to register_reward")
     weight: float = 1.0
+    threads: bool = Field(
+        False,
+        description="a plain reward that blocks on I/O: its items run on pool.concurrency_per_worker threads",
+    )
 
     @field_validator("fn")
     @classmethod
@@ -61,3 +69,21 @@ class RewardConfig(_Frozen):
                 raise ValueError(f"user reward {spec.fn!r} is listed twice")
             seen.add(spec.fn)
         return self
+
+
+class EngineConfig(_Frozen):
+    """The UCI engine that judges moves (the `move` task): one process per scorer, single-threaded,
+    a fixed node budget per search, hash cleared before each search, so its judgements repeat exactly."""
+
+    path: str | None = Field(
+        None, description="engine binary (default: 'stockfish' on PATH, then /usr/games/stockfish)"
+    )
+    nodes: int = Field(2000, ge=1, le=10_000_000, description="node budget of one search")
+    hash_mb: int = Field(1, ge=1, le=4096, description="engine hash table (MB); cleared before every search")
+    cp_scale: float = Field(
+        100.0, gt=0.0, description="centipawn loss at which a legal move's quality falls to 0.5"
+    )
+    max_cp_loss: float = Field(
+        1000.0, gt=0.0, description="larger losses (mates, blunders) count as this many centipawns"
+    )
+    start_timeout_s: float = Field(30.0, gt=0.0, description="longest the engine may take to start")

@@ -9,7 +9,9 @@ Both cap the length before any parse or quadratic work, and neither ever raises 
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
@@ -28,13 +30,22 @@ Fields = Mapping[str, Any] | None  # an item's data fields, for user rewards tha
 class UserReward(NamedTuple):
     name: str  # component name: the spec string as configured
     weight: float
-    fn: RewardFn
+    fn: RewardFn  # a function, or a class (instantiated once per scorer process; see `Scorer.setup`)
     params: RewardParams  # how it is called (read once from its signature)
+    is_async: bool = False  # `async def` (a function, or a class's __call__): awaited
+    threads: bool = False  # a plain reward that blocks on I/O: run on a thread when scored concurrently
 
     @staticmethod
     def resolve(spec: UserRewardSpec) -> UserReward:
         fn = resolve_reward(spec.fn)
-        return UserReward(spec.fn, spec.weight, fn, reward_params(fn, spec.fn))
+        call = fn.__call__ if inspect.isclass(fn) else fn
+        is_async = inspect.iscoroutinefunction(call)
+        return UserReward(spec.fn, spec.weight, fn, reward_params(fn, spec.fn), is_async, spec.threads)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether its items are worth running side by side (it waits rather than computes)."""
+        return self.is_async or self.threads
 
 
 class UserRewardError(Exception):
@@ -66,10 +77,59 @@ class Scorer:
         return (type(self)._with_resolved, (self.config, self._user))
 
     def _init_cache(self) -> None:
+        self._instances: dict[str, Any] = {}  # class rewards' objects, built in the process that scores
         size = self.config.cache_size
         self._cached_validity: ValidityFn = (
             functools.lru_cache(maxsize=size)(fen_validity) if size else fen_validity
         )
+
+    def setup(self) -> None:
+        """Build each class reward once in this process and call its `setup()` (a reward worker calls
+        this when it starts; otherwise it happens at the first score)."""
+        for user in self._user:
+            self.reward_callable(user)
+
+    def close(self) -> None:
+        """Call `close()` of each class reward built here and forget them."""
+        instances, self._instances = self._instances, {}
+        for obj in instances.values():
+            close = getattr(obj, "close", None)
+            if callable(close):
+                close()
+
+    def reward_callable(self, user: UserReward) -> Callable[..., Any]:
+        """What is called for `user`: its function, or its class's object in this process."""
+        if not inspect.isclass(user.fn):
+            return user.fn
+        obj = self._instances.get(user.name)
+        if obj is None:
+            obj = user.fn()
+            setup = getattr(obj, "setup", None)
+            if callable(setup):
+                setup()
+            self._instances[user.name] = obj
+        return obj
+
+    def call_user(self, user: UserReward, completion: str, target: Any, fields: Fields) -> float:
+        """One user reward's checked value for one item (an `async def` one runs to completion here)."""
+        fn = self.reward_callable(user)
+        args, kwargs = user_args(user, completion, target, fields)
+        try:
+            value = fn(*args, **kwargs)
+            if user.is_async:
+                value = asyncio.run(value)
+        except Exception as exc:
+            raise UserRewardError(f"user reward {user.name!r} raised {type(exc).__name__}: {exc}") from exc
+        return checked_value(user, value)
+
+    @property
+    def concurrent(self) -> bool:
+        """True when a user reward is `async def` or asks for threads (`rewards.concurrent`)."""
+        return any(u.concurrent for u in self._user)
+
+    @property
+    def user_rewards(self) -> tuple[UserReward, ...]:
+        return self._user
 
     @property
     def component_names(self) -> list[str]:
@@ -89,10 +149,13 @@ class Scorer:
         ci = info()
         return {"hits": ci.hits, "misses": ci.misses, "size": ci.currsize}
 
-    def score(self, completion: Any, target: Any, fields: Fields = None) -> ScoreResult:
+    def score(
+        self, completion: Any, target: Any, fields: Fields = None, done: Mapping[str, Any] | None = None
+    ) -> ScoreResult:
         """Score one completion (the reference path: no memo). `fields`: the item's data fields,
-        for user rewards that take them by name (`rewards.signature`)."""
-        return self._score_one(completion, target, fields, fen_validity)
+        for user rewards that take them by name (`rewards.signature`). `done`: user reward values
+        (or their UserRewardError) already computed elsewhere, by name (`rewards.concurrent`)."""
+        return self._score_one(completion, target, fields, fen_validity, done)
 
     def score_batch(
         self, completions: Iterable[Any], targets: Iterable[Any], fields: Iterable[Fields] | None = None
@@ -114,14 +177,19 @@ class Scorer:
         ]
 
     def _score_one(
-        self, completion: Any, target: Any, fields: Fields, validity_fn: ValidityFn
+        self,
+        completion: Any,
+        target: Any,
+        fields: Fields,
+        validity_fn: ValidityFn,
+        done: Mapping[str, Any] | None = None,
     ) -> ScoreResult:
         if not isinstance(completion, str) or not self._target_ok(target):
             which = "completion" if not isinstance(completion, str) else "target"
             bad = completion if which == "completion" else target
             return ScoreResult.failed(BAD_INPUT, f"{which} must be a str, got {type(bad).__name__}")
         try:
-            return self._score_str(completion.strip(), target, fields, validity_fn)
+            return self._score_str(completion.strip(), target, fields, validity_fn, done or {})
         except UserRewardError as exc:
             return ScoreResult.failed(ERROR, str(exc))
         except Exception as exc:  # a scorer bug must surface as a counted error, never a crash or a 0
@@ -130,19 +198,25 @@ class Scorer:
     def _target_ok(self, target: Any) -> bool:
         return isinstance(target, str)
 
-    def _score_str(self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn) -> ScoreResult:
+    def _score_str(
+        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn, done: Mapping[str, Any]
+    ) -> ScoreResult:
         cfg = self.config
         if len(c) > cfg.max_chars:
             zeros = dict.fromkeys(self.component_names, 0.0)
             return ScoreResult(0.0, zeros, TOO_LONG, f"{len(c)} chars > max_chars={cfg.max_chars}")
-        components, total, status = self._builtin(c, target, validity_fn)
+        components, total, status = self._builtin(c, target, fields, validity_fn)
         for user in self._user:
-            value = _call_user(user, c, target, fields)
+            value = done[user.name] if user.name in done else self.call_user(user, c, target, fields)
+            if isinstance(value, UserRewardError):
+                raise value
             components[user.name] = value
             total += user.weight * value
         return ScoreResult(total, components, status)
 
-    def _builtin(self, c: str, target: str, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+    def _builtin(
+        self, c: str, target: str, fields: Fields, validity_fn: ValidityFn
+    ) -> tuple[dict[str, float], float, str]:
         """The chess components, their weighted sum and the validity status."""
         cfg = self.config
         validity, status = validity_fn(c)
@@ -173,21 +247,23 @@ class UserRewardScorer(Scorer):
     def _target_ok(self, target: Any) -> bool:
         return target is None or isinstance(target, str)
 
-    def _builtin(self, c: str, target: Any, validity_fn: ValidityFn) -> tuple[dict[str, float], float, str]:
+    def _builtin(
+        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn
+    ) -> tuple[dict[str, float], float, str]:
         return {}, 0.0, OK
 
 
-def _call_user(user: UserReward, completion: str, target: Any, fields: Fields) -> float:
+def user_args(user: UserReward, completion: str, target: Any, fields: Fields) -> tuple[tuple, dict[str, Any]]:
     try:
-        args, kwargs = reward_args(user.params, completion, target, fields)
+        return reward_args(user.params, completion, target, fields)
     except KeyError as exc:
         raise UserRewardError(
             f"user reward {user.name!r} needs {exc.args[0]!r}, which this item lacks"
         ) from None
-    try:
-        value = user.fn(*args, **kwargs)
-    except Exception as exc:
-        raise UserRewardError(f"user reward {user.name!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def checked_value(user: UserReward, value: Any) -> float:
+    """`value` as a float; UserRewardError when it is not a finite number."""
     if not isinstance(value, numbers.Real):
         raise UserRewardError(
             f"user reward {user.name!r} returned {type(value).__name__} {value!r:.80}, not a number"

@@ -45,9 +45,11 @@ class RewardSignatureError(RewardSpecError):
 def reward_params(fn: Callable[..., Any], name: str = "") -> RewardParams:
     """How `fn` is called, from its signature (read once, when the reward is resolved)."""
     try:
-        signature = inspect.signature(fn)
+        signature = inspect.signature(fn.__call__ if inspect.isclass(fn) else fn)
     except (TypeError, ValueError):  # builtins and some C callables: the positional convention
         return POSITIONAL
+    if inspect.isclass(fn):  # a class reward: its objects are called, so `self` is not an argument
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
     params = signature.parameters
     if COMPLETION not in params:
         return POSITIONAL

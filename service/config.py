@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from actors.pool.config import PoolConfig
 from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
+from rewards.config import EngineConfig
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
 
@@ -55,6 +56,18 @@ class TaskConfig(Frozen):
     stop: list[str] = Field(
         default_factory=list, description="text: strings that end a completion (besides EOS)"
     )
+    engine: EngineConfig = Field(
+        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+    )
+    train_positions: int = Field(
+        2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
+    )
+    chat_template: bool = Field(
+        False,
+        description="model.source=hf: render each prompt as a user message through the tokenizer's chat "
+        "template (instruct models)",
+    )
+    system: str | None = Field(None, description="with chat_template: a system message before each prompt")
 
     @field_validator("stop")
     @classmethod
@@ -82,6 +95,19 @@ class ScalingConfig(Frozen):
     use_gpu: bool = Field(False, description="one CUDA device per worker (NCCL); CPU workers use gloo")
     cpus_per_worker: float = Field(1.0, gt=0.0, description="logical CPUs Ray reserves per trainer worker")
     gpus_per_worker: float = Field(1.0, gt=0.0, description="GPUs per trainer worker (with use_gpu)")
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of each trainer worker; unset: the node's cores shared among the trainer "
+        "workers on it (Ray alone would give ceil(cpus_per_worker))",
+    )
+    omp_wait_policy: Literal["passive", "active", "inherit"] = Field(
+        "passive",
+        description="OpenMP threads between parallel regions: passive sleeps (OMP_WAIT_POLICY=PASSIVE, "
+        "KMP_BLOCKTIME=0), active spins (fast alone, several times slower when another process wants the "
+        "core), inherit leaves the environment as it is; set for a local cluster, put it in the job's "
+        "runtime_env on a remote one",
+    )
     resources_per_worker: dict[str, float] = Field(
         default_factory=dict,
         description="Ray custom resources each trainer worker takes, e.g. {trainer_node: 1}: trainers then "
@@ -169,6 +195,14 @@ class ServiceConfig(TrainerConfig):
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
+    def _check_prompt_format(self) -> ServiceConfig:
+        if self.task.chat_template and self.model.source != "hf":
+            raise ValueError("task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)")
+        if self.task.system is not None and not self.task.chat_template:
+            raise ValueError("task.system is read only with task.chat_template: true")
+        return self
+
+    @model_validator(mode="after")
     def _check_task_keys(self) -> ServiceConfig:
         from service.tasks import check_task_config
 
@@ -192,6 +226,13 @@ class ServiceConfig(TrainerConfig):
                 f"scaling.num_workers ({workers})"
             )
         return self
+
+
+def prompt_format(cfg: ServiceConfig):
+    """How the policy's tokenizer renders prompts (`trainer.policy.PromptFormat`)."""
+    from trainer.policy.base import PromptFormat
+
+    return PromptFormat(cfg.task.chat_template, cfg.task.system)
 
 
 def trainer_config(cfg: ServiceConfig) -> TrainerConfig:

@@ -25,7 +25,8 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import start_run_control
 from actors.run.loop import LoopSpec, train_loop_per_worker
-from service.config import ServiceConfig, trainer_config
+from actors.run.threads import wait_policy_env
+from service.config import ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
@@ -90,6 +91,7 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     else:
         # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+        os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         # One node plays every role: it offers the custom resources and labels the run asks for.
         ray.init(
@@ -225,6 +227,8 @@ class RunDriver:
             control = start_run_control(str(self.cfg.run.name))
             pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
+            if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
+                self._export()
         except KeyboardInterrupt:  # a second Ctrl-C: end now, without waiting for a checkpoint
             status, error = "stopped", None
             self.recorder.print("[train] interrupted again: stopping without a final checkpoint")
@@ -255,6 +259,8 @@ class RunDriver:
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
             checkpoint_dir=str(checkpoint_root(self.cfg)),
+            prompt_format=prompt_format(self.cfg),
+            torch_threads=self.cfg.scaling.torch_threads,
         )
         trainer = build_trainer(self.cfg, spec, control)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)
@@ -273,6 +279,13 @@ class RunDriver:
         if self.recorder.last_step >= self.recorder.total_steps:
             return "succeeded", None
         return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")
+
+    def _export(self) -> None:
+        """`export/` in the run directory: the final checkpoint as a transformers model."""
+        from service.export import export_finished_run
+
+        path = export_finished_run(str(self.cfg.run.run_dir))
+        self.recorder.print(f"[export] {path} (AutoModelForCausalLM.from_pretrained loads it)")
 
     def _fit(self, trainer: Any) -> None:
         try:

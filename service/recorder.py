@@ -20,7 +20,15 @@ from typing import Any, Protocol, TextIO
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from service.console import Console, PlainConsole
 from service.progress import eval_progress, pool_totals, step_progress
-from service.run_files import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, write_json_atomic
+from service.run_files import (
+    EVAL_FILE,
+    METRICS_FILE,
+    RUNTIME_FILE,
+    SUMMARY_FILE,
+    JsonlLog,
+    describe_runtime,
+    write_json_atomic,
+)
 from trainer.schedule import Schedule
 
 # Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
@@ -108,6 +116,10 @@ class RunRecorder:
         self._pool_totals = pool_totals(self.metrics.rows())
         for sink in self.sinks:
             sink.start(from_step)
+        runtime = record.get("runtime")
+        if runtime:
+            write_json_atomic(self.run_dir / RUNTIME_FILE, runtime)
+            self.console.detail(f"[train] runtime: {describe_runtime(runtime)}")
         if from_step:
             self.resumed_from = from_step
             self.print(

@@ -29,6 +29,7 @@ from service.presets import DEFAULT_PRESET
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, write_text_atomic
 
 DEFAULT_RUNS_ROOT = "runs"
+TINY_MODEL_DIR = "tiny_model"  # model.source=hf without model.path: a tiny random model is made here
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -44,8 +45,10 @@ def resolve_run(cfg: ServiceConfig, run_dir: str | None = None) -> ServiceConfig
     """The config with run.name and an absolute run.run_dir filled in (validated again)."""
     run_id = cfg.run.name or new_run_id()
     directory = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg, run_id)).expanduser().resolve()
-    data = deep_merge(cfg.model_dump(mode="json"), {"run": {"name": run_id, "run_dir": str(directory)}})
-    return validate_config(data)
+    resolved: dict = {"run": {"name": run_id, "run_dir": str(directory)}}
+    if cfg.model.source == "hf" and not cfg.model.path:
+        resolved["model"] = {"path": str(directory / TINY_MODEL_DIR)}  # made there before the run starts
+    return validate_config(deep_merge(cfg.model_dump(mode="json"), resolved))
 
 
 def fresh_config(

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
+from service.model_checks import check_hf_model, prepare_model, run_prompts
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import fresh_config, prepare_run_dir, resumed_config
 from service.tasks import Task, build_task
@@ -104,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = build_task(cfg)
         eval_set = held_out_eval_pairs(task, cfg)
         train_pairs = task.training_pairs(console.header)
+        if cfg.model.source == "hf":  # the model and its tokenizer checked before anything starts
+            prepare_model(cfg, console.header)
+            check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
         run_dir = prepare_run_dir(cfg)
     except (ConfigError, ValueError) as exc:
         return _bad_config(exc)

@@ -38,17 +38,56 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 }
 
 
-class ModelConfig(Frozen):
-    """GPT shape. `size` fills n_layer/n_head/n_embd unless they are given explicitly."""
+class LoraConfig(Frozen):
+    """LoRA adapters on a `transformers` policy (`pip install -e '.[lora]'`, peft)."""
 
+    r: int = Field(8, ge=1, description="adapter rank")
+    alpha: float = Field(16.0, gt=0.0, description="scaling numerator (the update is alpha / r * B A)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input")
+    target_modules: list[str] | str = Field(
+        "all-linear", description="module names to adapt (e.g. [q_proj, v_proj]); 'all-linear': every linear layer"
+    )
+
+
+HF_ONLY_KEYS = ("path", "revision", "trust_remote_code", "attn_implementation", "lora", "adapter_path")
+
+
+class ModelConfig(Frozen):
+    """The policy. `source: builtin` is the bundled GPT (its shape below; `size` fills
+    n_layer/n_head/n_embd unless they are given); `source: hf` a `transformers` causal LM."""
+
+    source: Literal["builtin", "hf"] = Field(
+        "builtin", description="builtin: the bundled character GPT; hf: a transformers causal LM from model.path"
+    )
+    path: str | None = Field(
+        None,
+        description="hf: a local model directory or a hub id (HF_HUB_OFFLINE honoured); unset: a tiny random "
+        "model is made in the run directory",
+    )
+    revision: str | None = Field(None, description="hf: the hub revision (branch, tag or commit)")
+    trust_remote_code: bool = Field(False, description="hf: allow a model's own Python code to run")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="hf: attention kernel (flash_attention_2 needs flash-attn, on GPUs)"
+    )
+    lora: LoraConfig | None = Field(None, description="hf: train LoRA adapters instead of every weight (peft)")
+    adapter_path: str | None = Field(None, description="hf: a saved peft adapter to start from")
+    reference: Literal["base", "adapter"] = Field(
+        "base",
+        description="hf with LoRA: the KL reference is the base model (adapter off, no copy) or the starting "
+        "adapter of model.adapter_path, kept frozen",
+    )
     size: Literal["tiny", "small", "gpt2", "custom"] = "tiny"
     n_layer: int = Field(2, ge=1)
     n_head: int = Field(4, ge=1)
     n_embd: int = Field(128, ge=8)
     block_size: int = Field(256, ge=16, description="max tokens in BOS+prompt+SEP+completion+EOS")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    gradient_checkpointing: bool = False
-    compile: bool = Field(False, description="torch.compile the training forward (CUDA cc>=7 only)")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass (hf: the model's own switch)"
+    )
+    compile: bool = Field(
+        False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -63,6 +102,18 @@ class ModelConfig(Frozen):
     def _check_heads(self) -> ModelConfig:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
+
+    @model_validator(mode="after")
+    def _check_source(self) -> ModelConfig:
+        if self.source == "builtin":
+            for key in HF_ONLY_KEYS:
+                if getattr(self, key) not in (None, False, "sdpa"):
+                    raise ValueError(f"model.{key} is read only with model.source=hf; remove it or set source: hf")
+        if self.reference == "adapter" and not (self.lora is not None and self.adapter_path):
+            raise ValueError("model.reference=adapter needs model.lora and model.adapter_path (the frozen adapter)")
+        if self.adapter_path and self.lora is None:
+            raise ValueError("model.adapter_path needs model.lora (the adapter's settings are read from it)")
         return self
 
 
@@ -100,7 +151,9 @@ class SamplingConfig(Frozen):
     prompts_per_microbatch: int = Field(
         4, ge=1, description="prompts sampled together; scored while the next is sampled"
     )
-    compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the decode step (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
 
 
@@ -239,7 +292,11 @@ class OptimConfig(Frozen):
 class PrecisionConfig(Frozen):
     """Numerics: bf16 = autocast to bfloat16 with fp32 master weights and no GradScaler."""
 
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="auto: bf16 where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+        "with AVX512-BF16 or AMX), else fp32; the choice is recorded in the run's runtime.json",
+    )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 
 

@@ -14,7 +14,6 @@ Sampling itself reads tokens on the host to decode them for the scorer, which is
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import time
 from collections.abc import Sequence
@@ -34,8 +33,8 @@ from trainer.grpo.shaping import mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
+from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.policy.gpt import GPT
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.logprobs import completion_logprobs
@@ -67,28 +66,29 @@ def _fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
 
 
 class Trainer:
-    """SFT and GRPO on one GPT, on one device (one rank of a DDP group when distributed)."""
+    """SFT and GRPO on one policy, on one device (one rank of a DDP group when distributed)."""
 
     def __init__(
         self,
         cfg: TrainerConfig,
-        tokenizer: CharTokenizer,
+        tokenizer: CharTokenizer | None = None,
         device: torch.device | str = "cpu",
         *,
         stop: Sequence[str] = (),
+        policy: Policy | None = None,
     ) -> None:
-        """stop: the task's stop strings; a completion ends at the first one (`trainer.sampling.stop`)."""
+        """The policy is `policy`, else built from cfg.model (the built-in GPT over `tokenizer`,
+        initial weights drawn from cfg.seed). stop: the task's stop strings; a completion ends at
+        the first one (`trainer.sampling.stop`)."""
         self.cfg = cfg
         self.device = _resolve_device(device)
-        self.tokenizer = tokenizer
+        self.policy = policy if policy is not None else build_policy(cfg, tokenizer)
+        self.tokenizer = self.policy.tokenizer
         self.stop = tuple(stop)
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         self.precision = Precision(cfg.precision, self.device)
-        with torch.random.fork_rng(devices=[]):  # initial weights from cfg.seed, global RNG untouched
-            torch.manual_seed(cfg.seed)
-            model = GPT(cfg.model, self.tokenizer.vocab_size)
-        self.model: GPT = model.to(self.device)
+        self.model: nn.Module = self.policy.module.to(self.device)
         wrapped: nn.Module = self.model
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -97,7 +97,7 @@ class Trainer:
         self.train_model = maybe_compile(
             wrapped, device=self.device, enabled=cfg.model.compile, what="the training forward", dynamic=True
         )
-        self.ref_model: GPT | None = None  # built at the first GRPO step when grpo.beta > 0
+        self._reference: Reference | None = None  # built at the first GRPO step when grpo.beta > 0
         self.sample_generator = torch.Generator(device=self.device)
         self.optimizers: dict[str, GuardedOptimizer] = {}
         self.sft_steps = 0
@@ -121,14 +121,20 @@ class Trainer:
             )  # fmt: skip
         return self.optimizers[phase]
 
-    def reference(self) -> GPT | None:
-        """The frozen reference policy (a copy of the policy when GRPO starts); None when beta = 0."""
+    def reference(self) -> Reference | None:
+        """The frozen reference policy (the policy as GRPO starts: a copy, or with LoRA the base
+        model with the adapter off); None when beta = 0."""
         if self.cfg.grpo.beta == 0:
             return None
-        if self.ref_model is None:
-            ref = copy.deepcopy(self.model).requires_grad_(False).eval()
-            self.ref_model = ref.to("cpu") if self.cfg.grpo.ref_on_cpu else ref
-        return self.ref_model
+        if self._reference is None:
+            self._reference = self.policy.reference(self.cfg.grpo.ref_on_cpu)
+        return self._reference
+
+    @property
+    def ref_model(self) -> nn.Module | None:
+        """The reference's own module when it is a copy (what checkpoints hold); None otherwise."""
+        ref = self._reference
+        return ref.module if ref is not None and ref.is_copy else None
 
     def local_share(self, items: Sequence[Any]) -> list[Any]:
         """This rank's contiguous share of a step's items (all of them at world size 1)."""
@@ -156,9 +162,7 @@ class Trainer:
         """One optimiser step of teacher-forced cross-entropy on `pairs` (objects with .prompt/.target)."""
         start = time.perf_counter()
         opt = self.optimizer("sft")
-        batch = build_sft_batch(
-            self.local_share(pairs), self.tokenizer, self.device, self.cfg.model.block_size
-        )
+        batch = build_sft_batch(self.local_share(pairs), self.tokenizer, self.device, self.policy.max_positions)
         total_tokens = float(reduce_on(torch.tensor([float(batch.num_tokens)]), self.device)[0])
         self.train_model.train()
         opt.zero_grad()
@@ -190,7 +194,7 @@ class Trainer:
         for chunk in _chunks(pairs, cfg.prompts_per_microbatch):
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             with self.precision.autocast():
-                rollout = generate(self.model, prompts, cfg, self.tokenizer, generator=self.sample_generator)
+                rollout = generate(self.policy, prompts, cfg, generator=self.sample_generator)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
@@ -205,15 +209,16 @@ class Trainer:
         ref = self.reference()
         if ref is None:
             return None
-        moved = self.cfg.grpo.ref_on_cpu and self.device.type != "cpu"
+        moved = ref.is_copy and self.cfg.grpo.ref_on_cpu and self.device.type != "cpu"
         if moved:
-            ref.to(self.device)
+            ref.module.to(self.device)
         try:
-            with torch.no_grad(), self.precision.autocast():
-                return [completion_logprobs(ref, r, self.cfg.sampling.temperature)[0] for r in rollouts]
+            with torch.no_grad(), self.precision.autocast(), ref.context():
+                t = self.cfg.sampling.temperature
+                return [completion_logprobs(ref.module, r, t, entropy=False)[0] for r in rollouts]
         finally:
             if moved:
-                ref.to("cpu")
+                ref.module.to("cpu")
 
     def grpo_step(self, pairs: Sequence[Any], rewards: RewardSource) -> dict[str, float]:
         """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
@@ -334,7 +339,7 @@ class Trainer:
         for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             with self.precision.autocast():
-                rollout = generate(self.model, prompts, cfg, self.tokenizer, generator, greedy=greedy)
+                rollout = generate(self.policy, prompts, cfg, generator=generator, greedy=greedy)
             completions.extend(self.completions(rollout)[1])
         return completions
 
@@ -369,11 +374,11 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         if state.get("ref_model") is not None:
-            self.ref_model = None
+            self._reference = None
             ref = self.reference()
             if ref is None:
                 raise ValueError("checkpoint has a reference model but grpo.beta is 0")
-            ref.load_state_dict(state["ref_model"])
+            ref.module.load_state_dict(state["ref_model"])
         for name, opt_state in state["optimizers"].items():
             self.optimizer(name).load_state_dict(opt_state)
         self.precision.load_state_dict(state["precision"])

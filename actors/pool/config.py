@@ -43,6 +43,17 @@ class PoolConfig(Frozen):
         2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
     )
     chunk_timeout_s: float = Field(10.0, gt=0.0, description="hard deadline of one call once it is running")
+    concurrency_per_worker: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="items one worker scores at once when a user reward is async def or asks for threads",
+    )
+    item_timeout_s: float | None = Field(
+        None,
+        gt=0.0,
+        description="deadline of one item of an async or threaded reward (status timeout; default chunk_timeout_s / 2)",
+    )
     max_retries: int = Field(
         1, ge=0, description="re-runs of a single item after it timed out or its worker died, before it fails"
     )
@@ -92,6 +103,11 @@ class PoolConfig(Frozen):
             raise ValueError(
                 f"min_chunk_size ({self.min_chunk_size}) must be <= chunk_size ({self.chunk_size})"
             )
+        if self.item_timeout_s is not None and self.item_timeout_s >= self.chunk_timeout_s:
+            raise ValueError(
+                f"item_timeout_s ({self.item_timeout_s:g}) must be < chunk_timeout_s ({self.chunk_timeout_s:g}): "
+                "an item is cut before its call is"
+            )
         hang_s = max_runs_per_item(self) * self.chunk_timeout_s
         if self.collect_timeout_s < hang_s:
             raise ValueError(
@@ -105,6 +121,11 @@ class PoolConfig(Frozen):
 def worker_name(cfg: PoolConfig, index: int) -> str:
     """Actor name of worker `index`: '<name_prefix>-<index>'."""
     return f"{cfg.name_prefix}-{index}"
+
+
+def item_timeout(cfg: PoolConfig) -> float:
+    """Deadline of one item of a waiting (async or threaded) reward on a worker."""
+    return cfg.item_timeout_s if cfg.item_timeout_s is not None else cfg.chunk_timeout_s / 2
 
 
 def split_levels(chunk_len: int, parts: int) -> int:

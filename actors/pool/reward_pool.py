@@ -25,7 +25,7 @@ import ray
 from ray.exceptions import ActorAlreadyExistsError
 
 from actors.pool.codec import EncodedResults, count_status, decode
-from actors.pool.config import PoolConfig, worker_name
+from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
 from actors.pool.errors import RewardCollectTimeout, RewardErrorRateExceeded, RewardPoolUnavailable
 from actors.pool.metrics import PoolMetrics
@@ -96,7 +96,9 @@ class RewardPool:
                 if cfg.namespace is not None:
                     options["namespace"] = cfg.namespace
                 # Passed by value (a few kB): a restarted worker is rebuilt from its own copy.
-                handles.append(actor_cls.options(**options).remote(scorer))
+                handles.append(
+                    actor_cls.options(**options).remote(scorer, cfg.concurrency_per_worker, item_timeout(cfg))
+                )
         except ActorAlreadyExistsError as exc:
             _kill_all(handles)
             raise RewardPoolUnavailable(

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.pool.codec import EncodedResults, encode, failed_block
+from actors.pool.waiting import WaitingRunner
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
 
 # (completions, targets) of one chunk, or (completions, targets, fields) when its items carry data
@@ -23,9 +24,22 @@ Payload = tuple[Sequence[Any], ...]
 class RewardWorker:
     """Scores chunks with one `Scorer` (built-in FEN/Levenshtein reward plus the user rewards)."""
 
-    def __init__(self, scorer: Scorer | RewardConfig | Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        scorer: Scorer | RewardConfig | Mapping[str, Any] | None = None,
+        concurrency: int = 1,
+        item_timeout_s: float | None = None,
+    ):
         # A Scorer built by the pool carries its resolved user rewards (registered ones included).
         self._scorer = scorer if isinstance(scorer, Scorer) else build_scorer(scorer)
+        # Rewards that wait (async def, or asking for threads) score `concurrency` items at once,
+        # each cut at `item_timeout_s`; the others score one after another, as they always have.
+        self._runner = WaitingRunner(concurrency, item_timeout_s or 5.0) if self._scorer.concurrent else None
+        # State the reward keeps per process (an engine, a connection) starts with the worker: a
+        # restarted worker gets its own, and one that cannot start fails the worker's start, visibly.
+        setup = getattr(self._scorer, "setup", None)
+        if callable(setup):
+            setup()
         self._items_scored = 0
         self._busy_s = 0.0  # wall time inside score_chunk
         self._cpu_s = 0.0  # CPU time this process got meanwhile (less than busy when starved)
@@ -43,7 +57,10 @@ class RewardWorker:
         began, began_cpu = time.perf_counter(), time.thread_time()
         try:
             rows = None if fields is None else fields[lo:hi]
-            results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
+            if self._runner is not None:
+                results = self._runner.score(self._scorer, completions[lo:hi], targets[lo:hi], rows)
+            else:
+                results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
             encoded = encode(results)
         except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
             encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")

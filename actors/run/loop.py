@@ -31,6 +31,7 @@ from actors.pool.config import PoolConfig
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
+from actors.run.threads import apply_threads
 from trainer.checkpoint import (
     CheckpointWriteError,
     list_checkpoints,
@@ -38,11 +39,12 @@ from trainer.checkpoint import (
     save_checkpoint,
     step_dir_name,
 )
+from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
 from trainer.engine import Trainer
-from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy import CharTokenizer, PromptFormat, build_policy
 from trainer.rng import derived_seed
 from trainer.schedule import Schedule
 from trainer.task import TrainingTask
@@ -64,6 +66,20 @@ class LoopSpec:
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
     checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
+    prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
+    torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+
+
+def runtime_settings(trainer: Trainer) -> dict[str, Any]:
+    """What this worker computes with, where the config leaves it to the machine."""
+    cfg, compilable = trainer.cfg, compile_unsupported_reason(trainer.device) is None
+    return {
+        "device": str(trainer.device),
+        "precision": trainer.precision.dtype,
+        "precision_reason": trainer.precision.reason,
+        "model_compile": cfg.model.compile and compilable,
+        "sampling_compile": cfg.sampling.compile and compilable,
+    }
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -80,9 +96,12 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
-        self.trainer = Trainer(
-            spec.trainer, CharTokenizer(spec.task.alphabet), device=self.device, stop=spec.task.stop
-        )
+        threads = apply_threads(spec.torch_threads, context.get_local_world_size())
+        builtin = spec.trainer.model.source == "builtin"
+        tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
+        policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
+        self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
+        self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
@@ -98,7 +117,9 @@ class WorkerLoop:
             # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
             torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
             step = self.restore()
-            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            self._publish(
+                START, {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime}
+            )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")
             data = StepData(self.schedule, self._source(), self.rank, self.world)

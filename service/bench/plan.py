@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.bench.grpo import GRPOPlan
+from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
+from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf")
+OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -25,13 +28,16 @@ class BenchPlan:
     sampling: SamplingPlan
     train_step: TrainStepPlan
     grpo: GRPOPlan
+    hf: HFPlan = HFPlan()
+    peer: PeerPlan = field(default_factory=PeerPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.sections if s not in SECTIONS]
+        allowed = SECTIONS + OPTIONAL_SECTIONS
+        unknown = [s for s in self.sections if s not in allowed]
         if unknown or not self.sections:
             raise ValueError(
-                f"sections must be a non-empty subset of {list(SECTIONS)}, got {list(self.sections)}"
+                f"sections must be a non-empty subset of {list(allowed)}, got {list(self.sections)}"
             )
 
 
@@ -42,7 +48,8 @@ def quick_plan() -> BenchPlan:
         reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=5, dispatch_calls=50),
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
-        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
+        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False, unshipped_rows=False),
+        peer=PeerPlan(rounds=1, peer_steps=4),
     )
 
 
@@ -54,4 +61,6 @@ def full_plan() -> BenchPlan:
         sampling=SamplingPlan(repeats=5),
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
+        hf=HFPlan(steps=6, warmup=2),
+        peer=PeerPlan(rounds=3, peer_steps=12),
     )

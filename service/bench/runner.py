@@ -11,8 +11,14 @@ from typing import Any
 
 import ray
 
-from service.bench.grpo import bench_grpo
+from service.bench.grpo import GRPO_HEADLINE, bench_grpo
+from service.bench.hf import HEADLINE as HF_HEADLINE
+from service.bench.hf import TITLE as HF_TITLE
+from service.bench.hf import bench_hf
 from service.bench.machine import load_average, machine_info, usable_cores
+from service.bench.peer import HEADLINE as PEER_HEADLINE
+from service.bench.peer import TITLE as PEER_TITLE
+from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
 from service.bench.results import collect_headline, new_section
 from service.bench.reward import bench_reward
@@ -38,9 +44,11 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     ),
     "grpo": (
         ("4. A whole GRPO step", "5. Ablation: one optimisation at a time"),
-        ("reward_wait_fraction", "grpo_completions_per_s"),
+        GRPO_HEADLINE,
         lambda p: bench_grpo(p.grpo),
     ),
+    "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
+    "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer, p.grpo)),
 }
 
 
@@ -68,7 +76,7 @@ def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
     began = time.perf_counter()
     info = machine_info()
     started_ray = False
-    if not ray.is_initialized() and {"reward", "grpo"} & set(plan.sections):
+    if not ray.is_initialized() and {"reward", "grpo", "peer"} & set(plan.sections):
         ray.init(
             num_cpus=max(4, usable_cores()),
             include_dashboard=False,

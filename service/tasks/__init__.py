@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 
 from service.tasks.base import Task
 from service.tasks.fen import FenTask
+from service.tasks.move import MoveTask
 from service.tasks.text import TextTask
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
 
-TASKS: dict[str, type[Task]] = {FenTask.name: FenTask, TextTask.name: TextTask}
+TASKS: dict[str, type[Task]] = {FenTask.name: FenTask, MoveTask.name: MoveTask, TextTask.name: TextTask}
 
 
 def build_task(cfg: ServiceConfig) -> Task:
@@ -36,4 +37,4 @@ def check_task_config(cfg: ServiceConfig) -> str | None:
     return task_cls.check_config(cfg)
 
 
-__all__ = ["TASKS", "FenTask", "Task", "TextTask", "build_task", "check_task_config"]
+__all__ = ["TASKS", "FenTask", "MoveTask", "Task", "TextTask", "build_task", "check_task_config"]

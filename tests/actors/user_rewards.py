@@ -44,3 +44,58 @@ def kills_process_on_marker(completion: str, target: str) -> float:
 def sum_of_fields(completion: str, a: int, b: int) -> float:
     """Takes row fields by name: 1 when the completion is the sum of the row's a and b."""
     return 1.0 if completion == str(a + b) else 0.0
+
+
+async def waits_20ms(completion: str, target: str) -> float:
+    """An I/O-bound reward: answers after 20 ms of waiting (an HTTP verifier, an LLM judge)."""
+    import asyncio
+
+    await asyncio.sleep(0.02)
+    return 1.0 if completion == target else 0.5
+
+
+async def awaits_forever_on_marker(completion: str, target: str) -> float:
+    """Waits forever inside an async call on a completion containing HANG (a server that never answers)."""
+    import asyncio
+
+    if HANG in completion:
+        await asyncio.Event().wait()
+    return 0.5
+
+
+def blocks_20ms(completion: str, target: str) -> float:
+    """A plain reward that blocks on I/O for 20 ms (ask for threads)."""
+    import time
+
+    time.sleep(0.02)
+    return 0.5
+
+
+class CountsItsSetup:
+    """A class reward: built once per worker process; reports that process's setups and its own calls."""
+
+    setups = 0
+
+    def setup(self) -> None:
+        type(self).setups += 1
+        self.calls = 0
+
+    def __call__(self, completion: str, target: str) -> float:
+        self.calls += 1
+        return float(type(self).setups * 1000 + os.getpid() % 1000) if completion == "WHO" else 0.5
+
+
+class HoldsItsEngine:
+    """A class reward holding a resource (an engine) that one HANG item never releases."""
+
+    def setup(self) -> None:
+        import threading
+
+        self.engine = threading.Lock()
+
+    def __call__(self, completion: str, target: str) -> float:
+        self.engine.acquire()
+        if HANG in completion:
+            self.engine.acquire()  # never released: this call, and any after it, would wait forever
+        self.engine.release()
+        return 0.5

@@ -60,6 +60,10 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["name"] == "smoke-test" and config["run"]["run_dir"] == str(run_dir)
     total = config["sft"]["steps"] + config["grpo"]["steps"]
+    assert config["precision"]["dtype"] == "auto"
+    runtime = json.loads((run_dir / "runtime.json").read_text())  # what "auto" and the defaults became
+    assert runtime["precision"] in ("fp32", "bf16") and runtime["precision_reason"].startswith("auto")
+    assert runtime["torch_threads"] >= 1 and runtime["OMP_WAIT_POLICY"] == "PASSIVE"
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, total + 1))  # one global counter

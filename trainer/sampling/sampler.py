@@ -9,26 +9,30 @@ and EOS masking is done once at the end.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from trainer.compile import maybe_compile
 from trainer.config import SamplingConfig
-from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.policy.base import Policy, Step, eval_mode
+from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.gpt import GPT, positions_from_mask
-from trainer.policy.kv_cache import KVCache
+from trainer.policy.gpt_decoding import decode_step, release_static_cache
 from trainer.sampling.rollout import Rollout, completions_text
 
-__all__ = ["Rollout", "completions_text", "decode_step", "generate", "left_pad", "sample_tokens"]
+__all__ = [
+    "Rollout",
+    "completions_text",
+    "decode_step",
+    "generate",
+    "left_pad",
+    "release_static_cache",
+    "sample_tokens",
+]
 
 # Steps between checks that every row has stopped (each check is a host sync on GPU).
 STOP_CHECK_EVERY_CUDA = 8
-
-Step = Callable[[Tensor, int], Tensor]  # (tokens [N], step index) -> next logits [N, V]
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -65,110 +69,6 @@ def sample_tokens(
     return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
 
-def decode_step(model: GPT, tokens: Tensor, position_ids: Tensor, cache: KVCache) -> Tensor:
-    """One cached decoding step: tokens `[N]` at positions `[N]` -> next-token logits `[N, V]`.
-
-    Static shapes and no Python values read from tensors, so it compiles with fullgraph=True and
-    replays as a CUDA graph.
-    """
-    return model(tokens.unsqueeze(1), position_ids.unsqueeze(1), kv_cache=cache)[:, -1]
-
-
-@functools.lru_cache(maxsize=8)
-def _decode_step_fn(device: torch.device, compile_: bool, cuda_graphs: bool) -> Callable:
-    mode = "reduce-overhead" if cuda_graphs else None
-    return maybe_compile(
-        decode_step,
-        device=device,
-        enabled=compile_,
-        what="the decode step",
-        mode=mode,
-        fullgraph=True,
-        dynamic=False,
-    )
-
-
-class _StaticCacheSlot:
-    """One decode cache kept between calls while compiled: a new cache object or shape would
-    make the compiled step recompile, and new buffer addresses would re-record CUDA graphs."""
-
-    cache: KVCache | None = None
-    key: tuple | None = None
-
-    @classmethod
-    def get(cls, model: GPT, n: int, device: torch.device, dtype: torch.dtype) -> KVCache:
-        c = model.config
-        key = (c.n_layer, c.n_head, c.n_embd, c.block_size, n, device, dtype)
-        if cls.key != key:
-            cls.cache = None  # free the old buffers before allocating new ones
-            cls.cache = KVCache.for_model(c, n, c.block_size, device=device, dtype=dtype)
-            for t in cls.cache.tensors():
-                torch._dynamo.mark_static_address(t)
-            cls.key = key
-        return cls.cache
-
-
-def release_static_cache() -> None:
-    """Free the decode cache kept for the compiled path."""
-    _StaticCacheSlot.cache, _StaticCacheSlot.key = None, None
-
-
-def _compute_dtype(model: GPT, device: torch.device) -> torch.dtype:
-    """Dtype of keys/values: the autocast dtype when autocast is on, else the weights' dtype."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return model.transformer.wte.weight.dtype
-
-
-def _cached_decoder(
-    model: GPT, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int
-) -> tuple[Tensor, Step]:
-    """Prefill B prompts once, share their cache with K rows each; return first logits and a step."""
-    device, k = ids.device, cfg.group_size
-    dtype = _compute_dtype(model, device)
-    prefix = KVCache.for_model(model.config, ids.shape[0], ids.shape[1], device=device, dtype=dtype)
-    first = model(ids, positions_from_mask(mask), mask, kv_cache=prefix)[:, -1]  # [B, V]
-    step_fn = _decode_step_fn(device, cfg.compile, cfg.cuda_graphs)
-    compiled = step_fn is not decode_step
-    n = ids.shape[0] * k
-    if compiled:
-        cache = _StaticCacheSlot.get(model, n, device, dtype)
-    else:
-        cache = KVCache.for_model(model.config, n, max_len, device=device, dtype=dtype)
-    cache.load_repeated(prefix, k)
-    next_pos = mask.sum(1).repeat_interleave(k)  # [N] position of the first completion token
-    mark_step = compiled and cfg.cuda_graphs
-
-    def step(tokens: Tensor, t: int) -> Tensor:
-        if mark_step:
-            torch.compiler.cudagraph_mark_step_begin()
-        logits = step_fn(model, tokens, next_pos, cache)
-        next_pos.add_(1)
-        return logits
-
-    return first.repeat_interleave(k, dim=0), step
-
-
-def _full_decoder(
-    model: GPT, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int
-) -> tuple[Tensor, Step]:
-    """No cache: every step runs the model over the whole sequence so far (the baseline)."""
-    k, (b, p) = cfg.group_size, ids.shape
-    seq = torch.zeros((b * k, max_len), dtype=torch.long, device=ids.device)
-    seq[:, :p] = ids.repeat_interleave(k, dim=0)
-    seq_mask = torch.ones_like(seq, dtype=torch.bool)
-    seq_mask[:, :p] = mask.repeat_interleave(k, dim=0)
-    seq_pos = positions_from_mask(seq_mask)
-    first = model(seq[:, :p], seq_pos[:, :p], seq_mask[:, :p])[:, -1]
-
-    def step(tokens: Tensor, t: int) -> Tensor:
-        end = p + t + 1
-        seq[:, end - 1] = tokens
-        return model(seq[:, :end], seq_pos[:, :end], seq_mask[:, :end])[:, -1]
-
-    return first, step
-
-
 def _decode_loop(
     first: Tensor,
     step: Step,
@@ -199,9 +99,7 @@ def _decode_loop(
     return tokens, logps
 
 
-def _validate(
-    model: GPT, prompts: Sequence[Sequence[int]], cfg: SamplingConfig, tokenizer: CharTokenizer
-) -> None:
+def _validate(policy: Policy, prompts: Sequence[Sequence[int]], cfg: SamplingConfig) -> None:
     if not prompts:
         raise ValueError("generate needs at least one prompt, got an empty list")
     if any(isinstance(p, str) for p in prompts):
@@ -211,32 +109,16 @@ def _validate(
         raise ValueError(
             f"prompts must be non-empty token lists (use tokenizer.encode_prompt); empty: {empty[:5]}"
         )
-    if tokenizer.vocab_size != model.vocab_size:
-        raise ValueError(
-            f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size {model.vocab_size}"
-        )
-    bad = [i for i, p in enumerate(prompts) if min(p) < 0 or max(p) >= model.vocab_size]
+    vocab = policy.vocab_size
+    bad = [i for i, p in enumerate(prompts) if min(p) < 0 or max(p) >= vocab]
     if bad:
-        raise ValueError(
-            f"prompt token ids must lie in [0, {model.vocab_size}); prompts out of range: {bad[:5]}"
-        )
+        raise ValueError(f"prompt token ids must lie in [0, {vocab}); prompts out of range: {bad[:5]}")
     longest = max(len(p) for p in prompts)
-    if longest + cfg.max_new_tokens > model.config.block_size:
+    if longest + cfg.max_new_tokens > policy.max_positions:
         raise ValueError(
             f"longest prompt ({longest} tokens) + sampling.max_new_tokens ({cfg.max_new_tokens}) "
-            f"exceeds model.block_size ({model.config.block_size})"
+            f"exceeds {policy.positions_key} ({policy.max_positions})"
         )
-
-
-@contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Sampling never uses dropout; the caller's train/eval mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _assemble(
@@ -270,10 +152,10 @@ def _assemble(
 
 
 def generate(
-    model: GPT,
+    model: Policy | GPT,
     prompts: Sequence[Sequence[int]],
     cfg: SamplingConfig,
-    tokenizer: CharTokenizer,
+    tokenizer=None,
     generator: torch.Generator | None = None,
     *,
     greedy: bool = False,
@@ -281,20 +163,22 @@ def generate(
 ) -> Rollout:
     """Sample cfg.group_size completions for each prompt (ids from `tokenizer.encode_prompt`).
 
-    greedy: argmax decoding (evaluation); old_logprobs still use cfg.temperature.
+    model: a policy (with its own tokenizer: `tokenizer` may be left out), or a bare GPT with its
+    CharTokenizer. greedy: argmax decoding (evaluation); old_logprobs still use cfg.temperature.
     stop_at_eos=False: every row runs max_new_tokens steps (benchmarks with equal lengths).
     Runs under no_grad (not inference_mode: the rollout's tensors feed the training forward)
     and in eval mode; autocast, if wanted, is the caller's.
     """
-    _validate(model, prompts, cfg, tokenizer)
-    device = model.transformer.wte.weight.device
+    policy = BuiltinPolicy(model, tokenizer) if isinstance(model, GPT) else model
+    tokenizer = policy.tokenizer
+    _validate(policy, prompts, cfg)
+    device = next(policy.module.parameters()).device
     if generator is not None and generator.device.type != device.type:
         raise ValueError(f"generator is on {generator.device}, the model on {device}")
     ids, mask = left_pad(prompts, tokenizer.pad_id, device)
     max_len = ids.shape[1] + cfg.max_new_tokens
-    make_decoder = _cached_decoder if cfg.use_kv_cache else _full_decoder
-    with torch.no_grad(), _eval_mode(model):
-        first, step = make_decoder(model, ids, mask, cfg, max_len)
+    with torch.no_grad(), eval_mode(policy.module):
+        first, step = policy.decoder(ids, mask, cfg, max_len)
         tokens, logps = _decode_loop(first, step, cfg, tokenizer.eos_id, greedy, stop_at_eos, generator)
     return _assemble(
         ids, mask, tokens, logps, cfg.group_size, tokenizer.eos_id, tokenizer.pad_id, stop_at_eos

@@ -1,0 +1,97 @@
+"""The `move` task: a position (FEN) -> a good move in SAN, judged by a chess engine (Stockfish).
+
+    task: {name: move, train_positions: 2000, engine: {nodes: 2000}}
+
+Positions come from the FEN task's game generator (`data.seed`, `data.min_plies`..`max_plies`,
+`data.natural`; held out by the same split, `data.eval_size` / `data.eval_seed`). The SFT target
+is the engine's move (searched once, cached on disk; `service.tasks.move_data`). The reward
+(`rewards.move.MoveScorer`) runs one engine process in each reward worker. Held-out figures:
+legal rate, mean centipawn loss of the legal moves, and best-move rate (moves losing nothing
+against the engine's). Without an engine binary the task refuses to start, saying how to install one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rewards import OK, RewardConfig, Scorer
+from rewards.config import EngineConfig
+from rewards.engine import EngineUnavailable, find_engine
+from rewards.move import MoveScorer
+from service.tasks.base import Task, check_reward_fields
+from service.tasks.move_data import held_out_positions, move_pairs, training_positions
+from trainer.config import DataConfig
+from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.data.pairs import FieldPair, file_stream
+
+if TYPE_CHECKING:
+    from service.config import ServiceConfig
+
+
+@dataclass(frozen=True)
+class MoveTask(Task):
+    name = "move"
+    config_keys = frozenset({"engine", "train_positions"})
+
+    data: DataConfig
+    reward: RewardConfig
+    engine: EngineConfig
+    train_positions: int
+
+    @classmethod
+    def check_config(cls, cfg: ServiceConfig) -> str | None:
+        if cfg.data.source != "generated" or cfg.data.path:
+            return f"data.source: {cfg.data.source!r} is read by the fen task only; the move task generates positions"
+        return None
+
+    @classmethod
+    def from_config(cls, cfg: ServiceConfig) -> MoveTask:
+        """The task; ValueError (one line) without an engine, or with a user reward the items cannot serve."""
+        try:
+            find_engine(cfg.task.engine.path)
+        except EngineUnavailable as exc:
+            raise ValueError(str(exc)) from None
+        scorer = MoveScorer(cfg.reward, cfg.task.engine)
+        check_reward_fields(
+            scorer,
+            lambda name: None if name in ("target", "fen") else "the move task's items (fen and target)",
+        )
+        return cls(cfg.data, cfg.reward, cfg.task.engine, cfg.task.train_positions)
+
+    @property
+    def alphabet(self) -> str:
+        return CHESS_ALPHABET
+
+    def eval_pairs(self) -> list[FieldPair]:
+        return move_pairs(held_out_positions(self.data), self.engine, lambda _: None)
+
+    def training_pairs(self, log: Callable[[str], None]) -> list[FieldPair]:
+        fens = training_positions(self.data, self.train_positions)
+        return move_pairs(fens, self.engine, log)
+
+    def train_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:
+        if file_pairs is None:
+            raise ValueError("the move task trains on the positions training_pairs gives; none were given")
+        return file_stream(file_pairs, self.data.seed)
+
+    def scorer(self) -> Scorer:
+        return MoveScorer(self.reward, self.engine)
+
+    def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
+        return move_figures(scored)
+
+
+def move_figures(scored: Sequence[Any]) -> dict[str, float]:
+    """legal_rate, cp_loss_mean (over legal moves; NaN when none is) and best_move_rate of scored moves."""
+    n = len(scored)
+    if n == 0:
+        return {}
+    legal = [r for r in scored if r.status == OK and r.components.get("legal") == 1.0]
+    losses = [r.components["cp_loss"] for r in legal]
+    return {
+        "legal_rate": len(legal) / n,
+        "cp_loss_mean": sum(losses) / len(losses) if losses else float("nan"),
+        "best_move_rate": sum(loss == 0.0 for loss in losses) / n,
+    }

@@ -1,0 +1,99 @@
+"""Rewards that wait or hold state, without Ray: async def rewards side by side with a per-item
+deadline, blocking rewards on threads, class rewards with setup/__call__/close."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rewards import ERROR, TIMEOUT, RewardConfig, Scorer, register_reward, unregister_reward
+from rewards.concurrent import score_batch_concurrent
+from rewards.config import UserRewardSpec
+
+FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
+
+
+async def _judge(completion, target):
+    await asyncio.sleep(0.05)
+    if completion.startswith("HANG"):
+        await asyncio.Event().wait()
+    if completion.startswith("BOOM"):
+        raise RuntimeError("judge down")
+    return 1.0 if completion == target else 0.25
+
+
+def _blocking(completion, target):
+    time.sleep(0.05)
+    return 0.5
+
+
+class _Counter:
+    built = closed = 0
+
+    def setup(self):
+        type(self).built += 1
+
+    def __call__(self, completion, target=None):  # arguments by name, as for a function reward
+        return 0.75
+
+    def close(self):
+        type(self).closed += 1
+
+
+@pytest.fixture(autouse=True)
+def _registered():
+    for name, fn in (("judge", _judge), ("blocking", _blocking), ("counter", _Counter)):
+        register_reward(name, fn, replace=True)
+    yield
+    for name in ("judge", "blocking", "counter"):
+        unregister_reward(name)
+
+
+def _scorer(name: str, **kw) -> Scorer:
+    return Scorer(RewardConfig(user=[UserRewardSpec(fn=name, **kw)]))
+
+
+def _run(scorer, completions, **kw):
+    kw = {"concurrency": 64, "item_timeout_s": 1.0, **kw}
+    return asyncio.run(score_batch_concurrent(scorer, completions, [FEN] * len(completions), None, **kw))
+
+
+def test_async_items_run_side_by_side_and_equal_the_one_by_one_results():
+    scorer = _scorer("judge")
+    assert scorer.concurrent
+    completions = [FEN, FEN[:-1], "garbage", "x" * 600] * 16  # too_long items never reach the reward
+    began = time.perf_counter()
+    results = _run(scorer, completions)
+    assert time.perf_counter() - began < 0.05 * len(completions) / 8  # 64 x 50 ms one by one: 3.2 s
+    assert results == [scorer.score(c, FEN) for c in completions[:4]] * 16
+
+
+def test_an_item_that_never_answers_times_out_alone_and_a_raising_one_errs():
+    scorer = _scorer("judge")
+    results = _run(scorer, [FEN, "HANG", "BOOM", FEN], item_timeout_s=0.5, timeout_reason="cut")
+    assert [r.status for r in results] == ["ok", TIMEOUT, ERROR, "ok"]
+    assert results[1].reason == "cut" and "judge down" in results[2].reason
+
+
+def test_a_blocking_reward_that_asks_for_threads_runs_on_them():
+    scorer = _scorer("blocking", threads=True)
+    with ThreadPoolExecutor(16) as pool:
+        began = time.perf_counter()
+        results = _run(scorer, [FEN] * 32, concurrency=16, executor=pool)
+    assert time.perf_counter() - began < 32 * 0.05 / 4 and {r.status for r in results} == {"ok"}
+    assert not _scorer("blocking").concurrent  # without the flag it is a plain reward
+
+
+def test_a_class_reward_is_built_and_set_up_once_then_closed():
+    _Counter.built = _Counter.closed = 0
+    scorer = _scorer("counter")
+    scorer.setup()
+    results = scorer.score_batch([FEN] * 5, [FEN] * 5)
+    assert {r.components["counter"] for r in results} == {0.75} and _Counter.built == 1
+    scorer.close()
+    assert _Counter.closed == 1
+    scorer.score(FEN, FEN)  # scoring again after close builds a new one
+    assert _Counter.built == 2

@@ -1,0 +1,101 @@
+"""The `move` task: engine-chosen targets (cached), a held-out set apart from training, its figures,
+its refusal without an engine, and `move-smoke` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import chess
+import pytest
+
+from rewards import OK, ScoreResult
+from rewards.engine import EngineJudge
+from service.config import load_config
+from service.tasks import MoveTask, build_task
+from service.tasks.move import move_figures
+from service.tasks.move_data import cache_dir
+from tests.rewards.engine_needed import needs_engine
+from trainer.data.chess_games import position_key
+from trainer.policy.char_tokenizer import CharTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def move_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@needs_engine
+def test_pairs_hold_the_engine_move_are_cached_and_stay_apart_from_held_out(move_cache):
+    cfg = load_config("move-smoke", overrides=["task.train_positions=12", "data.eval_size=8"])
+    task = build_task(cfg)
+    assert isinstance(task, MoveTask)
+    train = task.training_pairs(lambda line: None)
+    held = task.eval_pairs()
+    assert len(train) == 12 and len({p.prompt for p in train}) == 12 and len(held) == 8
+    assert not {position_key(p.prompt) for p in train} & {position_key(p.prompt) for p in held}
+    judge = EngineJudge(cfg.task.engine)
+    try:
+        for pair in train[:4] + held[:4]:
+            board = chess.Board(pair.prompt)
+            assert pair.fields == {"fen": pair.prompt} and pair.target == board.san(judge.best(board).move)
+    finally:
+        judge.close()
+    tok = CharTokenizer(task.alphabet)
+    for pair in train + held:
+        tok.encode(pair.prompt), tok.encode(pair.target)
+    assert len(list(cache_dir().glob("*.json"))) == 2
+    began = time.perf_counter()
+    assert task.training_pairs(lambda line: pytest.fail(f"searched again: {line}")) == train
+    assert time.perf_counter() - began < 2.0
+    scorer = task.scorer()
+    try:  # the reference move scores full marks: the engine agrees with itself
+        assert scorer.score(train[0].target, train[0].target, train[0].fields).total == 1.0
+    finally:
+        scorer.close()
+
+
+def test_held_out_figures_from_scored_moves():
+    legal = [ScoreResult(0.9, {"legal": 1.0, "quality": 0.8, "cp_loss": 25.0}, OK),
+             ScoreResult(1.0, {"legal": 1.0, "quality": 1.0, "cp_loss": 0.0}, OK)]  # fmt: skip
+    bad = [ScoreResult(0.2, {"legal": 0.0}, "invalid"), ScoreResult.failed("timeout", "slow")]
+    figures = move_figures(legal + bad)
+    assert figures == {"legal_rate": 0.5, "cp_loss_mean": 12.5, "best_move_rate": 0.25}
+    assert math.isnan(move_figures(bad)["cp_loss_mean"]) and move_figures([]) == {}
+
+
+def test_without_an_engine_the_run_refuses_to_start_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(tmp_path / "r"),
+         "--set", "task.engine.path=/nonexistent/stockfish"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "task.engine.path" in lines[0] and "apt-get install stockfish" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+@needs_engine
+@pytest.mark.slow
+def test_move_smoke_runs_end_to_end_with_the_move_figures(tmp_path, move_cache):
+    run_dir = tmp_path / "move"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(run_dir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert evals and all({"legal_rate", "cp_loss_mean", "best_move_rate"} <= set(e) for e in evals)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded"

@@ -1,0 +1,72 @@
+"""The transformers policy: cached decoding, log-probs and the tokenizer seam (tiny random models)."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from trainer.config import ModelConfig, SamplingConfig  # noqa: E402
+from trainer.policy.base import PromptFormat  # noqa: E402
+from trainer.policy.hf import HFPolicy  # noqa: E402
+from trainer.policy.hf_tiny import write_tiny_model  # noqa: E402
+from trainer.sampling.logprobs import completion_logprobs  # noqa: E402
+from trainer.sampling.sampler import generate  # noqa: E402
+
+PROMPTS = ["e4 e5 Nf3 Nc6 Bb5", "d4", "c4 e5 Nc3", "12+30="]
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def policy(request, tmp_path_factory) -> HFPolicy:
+    path = write_tiny_model(tmp_path_factory.mktemp(request.param), request.param, positions=128)
+    return HFPolicy.load(ModelConfig(source="hf", path=str(path)))
+
+
+def _prompts(policy):
+    return [policy.tokenizer.encode_prompt(p) for p in PROMPTS]
+
+
+def test_cached_decoding_equals_full_recomputation(policy):
+    cfg = SamplingConfig(group_size=2, max_new_tokens=16)
+    cached = generate(policy, _prompts(policy), cfg, greedy=True, stop_at_eos=False)
+    full = generate(
+        policy,
+        _prompts(policy),
+        cfg.model_copy(update={"use_kv_cache": False}),
+        greedy=True,
+        stop_at_eos=False,
+    )
+    assert torch.equal(cached.input_ids, full.input_ids)
+    torch.testing.assert_close(cached.old_logprobs, full.old_logprobs, rtol=0, atol=1e-5)
+
+
+def test_logprobs_equal_log_softmax_of_the_model_on_each_unpadded_row(policy):
+    """Sampler log-probs and the training forward's both equal the model alone on the row's real tokens."""
+    cfg = SamplingConfig(group_size=3, max_new_tokens=12, temperature=1.0)
+    r = generate(policy, _prompts(policy), cfg, generator=torch.Generator().manual_seed(0), stop_at_eos=False)
+    model = policy.model.eval()
+    p = r.prompt_len
+    for row in range(r.num_rows):
+        ids = r.input_ids[row][r.attn_mask[row]]  # the prompt's real tokens and the completion
+        with torch.no_grad():
+            logits = model(input_ids=ids.unsqueeze(0)).logits[0].float()
+        n_prompt = int(r.attn_mask[row, :p].sum())
+        expected = torch.log_softmax(logits[n_prompt - 1 : -1], -1).gather(-1, ids[n_prompt:, None])[:, 0]
+        torch.testing.assert_close(r.old_logprobs[row], expected, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        recomputed, _ = completion_logprobs(policy.module, r, cfg.temperature)
+    torch.testing.assert_close(recomputed, r.old_logprobs, rtol=0, atol=1e-5)
+
+
+def test_tokenizer_prompt_pair_and_decode(policy):
+    tok = policy.tokenizer
+    ids, mask = tok.encode_pair("d4", "rnb")
+    assert ids[: len(tok.encode_prompt("d4"))] == tok.encode_prompt("d4")
+    assert ids[-1] == tok.eos_id and sum(mask) == 4 and tok.pad_id != tok.eos_id
+    assert tok.decode(ids[len(tok.encode_prompt("d4")) :]) == "rnb"
+
+
+def test_chat_template_renders_system_and_user(tmp_path):
+    path = write_tiny_model(tmp_path, "llama", positions=64)
+    fmt = PromptFormat(chat_template=True, system="be brief")
+    tok = HFPolicy.load(ModelConfig(source="hf", path=str(path)), fmt).tokenizer
+    assert tok.decode(tok.encode_prompt("d4")) == "system: be brief\nuser: d4\nassistant: "
