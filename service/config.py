@@ -57,7 +57,8 @@ class TaskConfig(Frozen):
         default_factory=list, description="text: strings that end a completion (besides EOS)"
     )
     engine: EngineConfig = Field(
-        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+        EngineConfig(),
+        description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)",
     )
     train_positions: int = Field(
         2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
@@ -197,7 +198,9 @@ class ServiceConfig(TrainerConfig):
     @model_validator(mode="after")
     def _check_prompt_format(self) -> ServiceConfig:
         if self.task.chat_template and self.model.source != "hf":
-            raise ValueError("task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)")
+            raise ValueError(
+                "task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)"
+            )
         if self.task.system is not None and not self.task.chat_template:
             raise ValueError("task.system is read only with task.chat_template: true")
         return self
