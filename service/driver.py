@@ -30,6 +30,7 @@ from service.config import ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
+from service.preflight.relations import cpus_needed
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.run_files import CHECKPOINT_DIR
@@ -46,13 +47,6 @@ def checkpoint_root(cfg: ServiceConfig) -> Path:
     if cfg.run.storage_path:
         return Path(cfg.run.storage_path).expanduser().resolve() / str(cfg.run.name) / CHECKPOINT_DIR
     return Path(str(cfg.run.run_dir)) / CHECKPOINT_DIR
-
-
-def cpus_needed(cfg: ServiceConfig) -> float:
-    return (
-        cfg.scaling.num_workers * cfg.scaling.cpus_per_worker
-        + cfg.pool.num_workers * cfg.pool.cpus_per_worker
-    )
 
 
 def custom_resources_needed(cfg: ServiceConfig) -> dict[str, float]:

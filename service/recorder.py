@@ -46,6 +46,19 @@ class RecordSink(Protocol):
     def evaluation(self, record: Mapping[str, Any]) -> None: ...
 
 
+def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Over the run's GRPO steps: groups dropped because a reward failed (error, timeout) and
+    steps with no update at all, so a run that trained on part of its data says so."""
+    def total(key: str) -> int:
+        return int(sum(r.get(key) or 0 for r in rows if r.get("phase") == "grpo"))
+
+    return {
+        "reward_failed_groups": total("unusable_groups"),
+        "groups": total("groups"),
+        "skipped_steps": sum(1 for r in rows if r.get("phase") == "grpo" and r.get("skip_reason")),
+    }
+
+
 def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
@@ -208,6 +221,7 @@ class RunRecorder:
             "resumed_from": self.resumed_from,
             "last_checkpoint": self.last_checkpoint,
             "run_dir": str(self.run_dir),
+            **dropped_groups(self.metrics.rows()),
         }
         if final and grpo_start and final is not grpo_start:
             summary["gain"] = {

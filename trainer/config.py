@@ -117,6 +117,9 @@ class ModelConfig(Frozen):
         return self
 
 
+FILE_SOURCES = {"pgn": "pgn", "jsonl": "jsonl", "json": "jsonl"}  # data.source by the file's extension
+
+
 class DataConfig(Frozen):
     """Where (prompt, target) pairs come from."""
 
@@ -129,8 +132,26 @@ class DataConfig(Frozen):
     natural: bool = Field(False, description="weight moves toward more natural play")
     eval_size: int = Field(64, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_extension(cls, data: Any) -> Any:
+        # A path given without a source is read as its extension says, never silently ignored.
+        if isinstance(data, dict) and data.get("path") and "source" not in data:
+            suffix = str(data["path"]).lower().rsplit(".", 1)[-1]
+            if suffix in FILE_SOURCES:
+                return {**data, "source": FILE_SOURCES[suffix]}
+            raise ValueError(
+                f"path {data['path']!r}: set data.source (pgn or jsonl); "
+                f"it cannot be told from the extension (.pgn, .jsonl, .json)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
+        if self.source == "generated" and self.path:
+            raise ValueError(
+                f"path {self.path!r} is read only with source pgn or jsonl; source is 'generated'"
+            )
         if self.min_plies > self.max_plies:
             raise ValueError(f"min_plies ({self.min_plies}) must be <= max_plies ({self.max_plies})")
         if self.source != "generated" and not self.path:

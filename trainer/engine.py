@@ -289,11 +289,14 @@ class Trainer:
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
         self.grpo_steps += 1
+        if kept_rows == 0:
+            host.update(skip_record(sel))
         host.update(
-            reward_mean=shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size),
+            reward_mean=_finite_or_none(shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)),
             zero_var_frac=sel.zero_var_groups / sel.num_groups,
             dropped_groups=float(sel.dropped_groups),
             unusable_groups=float(sel.unusable_groups),
+            groups=float(sel.num_groups),
             completions=float(n_rows),
             reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,
             truncated_frac=float(shaped.truncated.float().mean()),
@@ -323,7 +326,10 @@ class Trainer:
         targets = [p.target for p in pairs]
         scored = call_scorer(score_fn, completions, targets, _fields(pairs, 1))
         values, statuses = normalise_scores(scored, len(completions))
-        summary = summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
+        usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
+        summary = summarise_eval(
+            [p.prompt for p in pairs], targets, completions, values, statuses, n_samples, usable
+        )
         if metrics_fn is not None:
             summary.update(metrics_fn(scored))
         if sample_k:
@@ -385,6 +391,27 @@ class Trainer:
         self.sft_steps = int(state["counters"]["sft_steps"])
         self.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)
+
+
+# What a step without an update does not have: no loss was taken, no KL measured.
+NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # no usable reward: none, not nan
+
+
+def skip_record(sel: GroupSelection) -> dict[str, Any]:
+    """The record of a GRPO step whose groups were all dropped: `skipped` with the reason, and the
+    update's figures absent (None), never a loss or KL of 0."""
+    failed = f"{sel.unusable_groups} with a failed reward" if sel.unusable_groups else ""
+    equal = f"{sel.zero_var_groups} with equal rewards" if sel.zero_var_groups else ""
+    why = "; ".join(p for p in (failed, equal) if p) or "none kept"
+    return {
+        **dict.fromkeys(NO_UPDATE_KEYS),
+        "skipped": 1.0,
+        "skip_reason": f"no update: all {sel.num_groups} groups dropped ({why})",
+    }
 
 
 def _usable(scored: Any) -> list[bool]:

@@ -155,3 +155,26 @@ def poison_item_bound_s(cfg: PoolConfig, restart_s: float, chunk_len: int | None
     ahead of it on a busy pool adds to this.
     """
     return max_runs_per_item(cfg, chunk_len) * (cfg.chunk_timeout_s + restart_s)
+
+
+def item_deadline_s(cfg: PoolConfig) -> float:
+    """The longest one item of a plain reward may take: alone in a call, it is killed after this."""
+    return cfg.chunk_timeout_s
+
+
+# A call is sized to take at most this share of its deadline at the measured cost per item, so a
+# slow but healthy reward (or an item slower than the ones measured) is never killed.
+CALL_BUDGET_SHARE = 0.25
+
+
+def chunks_for_cost(cfg: PoolConfig, cost_per_item_s: float) -> PoolConfig:
+    """The pool config with chunk sizes cut to what the measured cost per item allows (never raised)."""
+    if cost_per_item_s <= 0:
+        return cfg
+    fits = max(1, math.floor(CALL_BUDGET_SHARE * cfg.chunk_timeout_s / cost_per_item_s))
+    size = min(cfg.chunk_size, fits)
+    if size == cfg.chunk_size:
+        return cfg
+    return PoolConfig.model_validate(
+        {**cfg.model_dump(), "chunk_size": size, "min_chunk_size": min(cfg.min_chunk_size, size)}
+    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rewards import RewardConfig, Scorer, build_scorer
+from service.preflight.data import FitLimits, check_generated_games, check_records
 from service.tasks.base import Task, check_reward_fields
 from trainer.config import DataConfig
 from trainer.data.chess_games import CHESS_ALPHABET, GameStream, eval_pairs, is_held_out, load_pgn
@@ -26,15 +27,19 @@ class FenTask(Task):
     name = "fen"
     data: DataConfig
     reward: RewardConfig
+    limits: FitLimits | None = None  # what every record must fit (checked in the driver)
 
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> FenTask:
-        """The task; refuses a user reward that does not resolve or takes more than completion and target."""
+        """The task; refuses a user reward that does not resolve or takes more than completion and
+        target, and generated games whose longest prompt cannot fit."""
         check_reward_fields(
             build_scorer(cfg.reward),
             lambda name: None if name == "target" else "the fen task's items (completion and target only)",
         )
-        return cls(data=cfg.data, reward=cfg.reward)
+        limits = FitLimits.of(cfg)
+        check_generated_games(cfg.data.max_plies, limits)
+        return cls(data=cfg.data, reward=cfg.reward, limits=limits)
 
     @property
     def alphabet(self) -> str:
@@ -42,7 +47,11 @@ class FenTask(Task):
 
     def eval_pairs(self) -> list[Pair]:
         d = self.data
-        return eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+        pairs = eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+        if self.limits is not None:  # generated like the training games: their SFT fit too
+            located = ((f"held-out position {i}", p.prompt, p.target) for i, p in enumerate(pairs))
+            check_records("model.block_size", located, self.limits, CHESS_ALPHABET, train=d.source == "generated")
+        return pairs
 
     def training_pairs(self, log: Callable[[str], None]) -> list[Pair] | None:
         d = self.data
@@ -52,7 +61,11 @@ class FenTask(Task):
             report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
         except DataFileError as exc:  # the file cannot be read at all
             raise ValueError(f"data.path: {exc}") from None
-        pairs = [p for p in report.pairs if not is_held_out(p.target)]
+        kept = [(w, p) for w, p in zip(report.where, report.pairs, strict=True) if not is_held_out(p.target)]
+        if self.limits is not None:
+            located = ((w, p.prompt, p.target) for w, p in kept)
+            check_records("data.path", located, self.limits, CHESS_ALPHABET, train=True)
+        pairs = [p for _, p in kept]
         if report.skipped:
             log(f"[data] {d.path}: skipped {report.skipped} bad records; first: {report.errors[0]}")
         if not pairs:

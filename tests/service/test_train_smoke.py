@@ -161,14 +161,14 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_p
 
 def test_a_failing_worker_ends_the_run_failed_with_its_reason(tmp_path):
     run_dir = tmp_path / "failed"
-    # Every pair needs more positions than this: the first SFT step raises in the Ray Train worker.
-    result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", "model.block_size=32")
+    # The reward passes the preflight (targets score) but raises on every sampled completion: the
+    # first GRPO step's collect passes pool.error_rate_threshold and raises in the worker.
+    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:raises_unless_exact'}]"
+    result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", reward)
     logs = result.stdout + result.stderr
     assert result.returncode == 1, logs[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == 0
-    assert (
-        summary["error"].startswith("ValueError: pair 0 needs") and "model.block_size=32" in summary["error"]
-    )
+    assert summary["status"] == "failed" and summary["steps"] == 6  # the SFT steps
+    assert "pool.error_rate_threshold" in summary["error"], summary["error"]
     assert last_record(logs, SUMMARY_PREFIX)["error"] == summary["error"]
     assert (run_dir / "report.png").exists() and (run_dir / "config.yaml").exists()

@@ -254,7 +254,7 @@ def load_pgn(path: str | Path, min_plies: int, max_plies: int, strict: bool = Fa
     """
     _check_args(min_plies, max_plies)
     text = _read_text(path)
-    handle, errors, pairs = io.StringIO(text), RecordErrors(path, strict), []
+    handle, errors, pairs, where = io.StringIO(text), RecordErrors(path, strict), [], []
     line, counted_to = 1, 0
     for number in itertools.count(1):
         start = handle.tell()
@@ -268,5 +268,7 @@ def load_pgn(path: str | Path, min_plies: int, max_plies: int, strict: bool = Fa
         if problem is not None:
             errors.add(line, f"game {number}: {problem}")
             continue
-        pairs.extend(_game_pairs(game, min_plies, max_plies))
-    return LoadReport(pairs, errors.count, errors.messages)
+        found = _game_pairs(game, min_plies, max_plies)
+        pairs.extend(found)
+        where.extend([f"{path}:{line}: game {number}"] * len(found))
+    return LoadReport(pairs, errors.count, errors.messages, tuple(where))
