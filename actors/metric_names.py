@@ -102,6 +102,7 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("pass_at_1", "eval", "pass@1 estimated from the k sampled completions"),
     _m("pass_at_k", "eval", "share of prompts with at least one exact completion among k"),
     _m("mean_at_k", "eval", "mean reward of the k sampled completions"),
+    _m("by_plies", "eval", "held-out figures by game length in plies (the fen task): {plies: {count, ...}}"),
     _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
 )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
+from trainer.evaluation import figures_by_group, normalise_scores, sampled_figures, summarise_eval
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
 from trainer.grpo.shaping import mask_rows, shape_rewards
@@ -39,6 +39,7 @@ from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
+from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, generate
 from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
@@ -186,15 +187,26 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- GRPO
-    def sample(self, pairs: Sequence[Any], rewards: RewardSource) -> tuple[list[Rollout], list[Any]]:
+    def sample(
+        self, pairs: Sequence[Any], rewards: RewardSource, first_index: int = 0
+    ) -> tuple[list[Rollout], list[Any]]:
         """Roll out `pairs` in micro-batches of sampling.prompts_per_microbatch prompts, submitting
-        each micro-batch's completions for scoring as soon as it is decoded."""
+        each micro-batch's completions for scoring as soon as it is decoded.
+
+        Row r of prompt i (pairs[i] is prompt first_index + i of the step) draws its own noise,
+        keyed by (seed, GRPO step, first_index + i, r): the tokens do not depend on the micro-batch
+        size or the number of ranks (`trainer.sampling.row_noise`).
+        """
         cfg = self.cfg.sampling
         rollouts, tickets = [], []
-        for chunk in _chunks(pairs, cfg.prompts_per_microbatch):
+        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
+            chunk = pairs[start : start + cfg.prompts_per_microbatch]
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            keys = row_keys(
+                self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
+            )
             with self.precision.autocast():
-                rollout = generate(self.policy, prompts, cfg, generator=self.sample_generator)
+                rollout = generate(self.policy, prompts, cfg, row_keys=keys)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
@@ -224,9 +236,9 @@ class Trainer:
         """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
         start = time.perf_counter()
         timer = PhaseTimer(self.device)
-        self.sample_generator.manual_seed(derived_seed(self.cfg.seed, self.rank, self.grpo_steps))
+        local = self.local_share(pairs)
         with timer.phase("sample_s"):
-            rollouts, tickets = self.sample(self.local_share(pairs), rewards)
+            rollouts, tickets = self.sample(local, rewards, first_index=self.rank * len(local))
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
@@ -313,6 +325,7 @@ class Trainer:
         n_samples: int = 0,
         metrics_fn=None,
         sample_k: int = 0,
+        group_by: tuple[str, Callable[[str], str]] | None = None,
     ) -> dict[str, Any]:
         """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
 
@@ -320,7 +333,9 @@ class Trainer:
         the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
         the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
         and mean_at_k of sample_k completions per pair sampled at the training temperature (a
-        sample passes when its reward is at least grpo.eval_pass_reward). Runs on this rank alone.
+        sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
+        key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
+        Runs on this rank alone.
         """
         completions = self._complete(pairs, 1, greedy=True)
         targets = [p.target for p in pairs]
@@ -332,6 +347,10 @@ class Trainer:
         )
         if metrics_fn is not None:
             summary.update(metrics_fn(scored))
+        if group_by is not None:
+            name, key_of = group_by
+            keys = [key_of(p.prompt) for p in pairs]
+            summary[f"by_{name}"] = figures_by_group(keys, completions, targets, values, statuses)
         if sample_k:
             summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
@@ -364,7 +383,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything for an exact resume: weights, reference, optimisers, scaler, counters, RNG, config.
 
-        The sampling generator needs no state: it is reseeded from (seed, rank, GRPO step) each step.
+        Sampling needs no generator state: each row's noise is keyed by (seed, GRPO step, prompt, sample).
         Tensors are live views of the trainer's own: serialise them (save_checkpoint) before training on.
         """
         return {

@@ -77,9 +77,33 @@ def summarise_eval(
 
 
 def exact_match(completions: Sequence[str], targets: Sequence[str | None]) -> float | None:
-    """Share of completions equal to their target, over the items that have one (None if none has)."""
+    """Share of completions equal to their target once both are stripped (as the reward strips the
+    completion), over the items that have a target (None if none has)."""
     pairs = [(c, t) for c, t in zip(completions, targets, strict=True) if t is not None]
-    return sum(c == t for c, t in pairs) / len(pairs) if pairs else None
+    return sum(c.strip() == t.strip() for c, t in pairs) / len(pairs) if pairs else None
+
+
+def figures_by_group(
+    keys: Sequence[str],
+    completions: Sequence[str],
+    targets: Sequence[str | None],
+    values: Sequence[float],
+    statuses: Sequence[str] | None,
+) -> dict[str, dict[str, Any]]:
+    """{key: {count, exact_match, valid_rate, reward_mean}} of the items of each key (e.g. game length)."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    out = {}
+    for key, rows in groups.items():
+        finite = [values[i] for i in rows if math.isfinite(values[i])]
+        out[key] = {
+            "count": len(rows),
+            "exact_match": exact_match([completions[i] for i in rows], [targets[i] for i in rows]),
+            "valid_rate": None if statuses is None else sum(statuses[i] == "ok" for i in rows) / len(rows),
+            "reward_mean": sum(finite) / len(finite) if finite else float("nan"),
+        }
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

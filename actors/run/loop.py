@@ -188,6 +188,7 @@ class WorkerLoop:
             lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,
             metrics_fn=self.spec.task.eval_metrics,
+            group_by=getattr(self.spec.task, "eval_group", None),
             # pass@k costs k completions per held-out prompt: at the GRPO start and the end only
             sample_k=self.spec.trainer.grpo.eval_k if kind in ("start", "final") else 0,
         )
