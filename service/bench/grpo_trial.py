@@ -161,8 +161,11 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     return total
 
 
-def _open_rewards(kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None) -> tuple[Any, Any]:
-    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster.
+def _open_rewards(
+    kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None, reward: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster, of the
+    reward `reward` (a RewardConfig's fields; default: the bundled FEN reward).
 
     With a gcs_address the process joins the cluster either way, as the service's trainer
     process does, so inline and pool trials carry the same Ray threads.
@@ -173,10 +176,11 @@ def _open_rewards(kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str |
         raise ValueError("rewards='pool' needs the gcs_address of a running Ray cluster")
     if gcs_address and not ray.is_initialized():
         ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
+    reward_cfg = RewardConfig.model_validate(reward or {})
     if kind == "inline":
-        return InlineRewards(scorer_rewards(Scorer(RewardConfig()))), None
+        return InlineRewards(scorer_rewards(Scorer(reward_cfg))), None
     cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
-    pool = RewardPool.create(RewardConfig(), cfg, run_id="bench")
+    pool = RewardPool.create(reward_cfg, cfg, run_id="bench")
     return pool, pool
 
 
@@ -215,6 +219,7 @@ def run_trial(
     init_weights: str | None = None,
     pool_cfg: dict[str, Any] | None = None,
     gcs_address: str | None = None,
+    reward: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory."""
     if device == "cpu":
@@ -223,7 +228,7 @@ def run_trial(
     trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
-    source, pool = _open_rewards(rewards, pool_cfg, gcs_address)
+    source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)
     timed = TimedRewards(source)
     rollouts = RolloutLog(trainer)
     n = cfg.grpo.prompts_per_step
