@@ -16,7 +16,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.config import ConfigError, ServiceConfig, prompt_format, read_config_file, trainer_config, validate_config
+from service.config import (
+    ConfigError,
+    ServiceConfig,
+    prompt_format,
+    read_config_file,
+    trainer_config,
+    validate_config,
+)
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE
 
 EXPORT_DIR = "export"
@@ -51,7 +58,9 @@ def load_run_policy(run_dir: str | Path, step: int | None = None):
         raise ConfigError(f"RUN_DIR: {str(run_dir)!r} holds no {CONFIG_FILE}; it is not a run directory")
     cfg = validate_config(read_config_file(run_dir / CONFIG_FILE))
     if cfg.model.source != "hf":
-        raise ConfigError("RUN_DIR: the run's model.source is builtin; its checkpoints hold its weights already")
+        raise ConfigError(
+            "RUN_DIR: the run's model.source is builtin; its checkpoints hold its weights already"
+        )
     state, _ = load_checkpoint(_checkpoint(cfg, run_dir, step))
     policy = build_policy(trainer_config(cfg), prompt_format=prompt_format(cfg))
     policy.module.load_state_dict(state["model"])
@@ -77,7 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service.export", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the latest)")
-    parser.add_argument("--merge", action="store_true", help="LoRA: the base model with the adapter merged in")
+    parser.add_argument(
+        "--merge", action="store_true", help="LoRA: the base model with the adapter merged in"
+    )
     parser.add_argument("--out", required=True, metavar="DIR")
     args = parser.parse_args(argv)
     try:

@@ -44,7 +44,9 @@ def check_hf_model(cfg: ServiceConfig, prompts: Sequence[str]) -> None:
             try:
                 importlib.import_module(module)
             except ImportError:
-                raise ConfigError(f"{key} needs {module}, which is not installed: pip install -e '.[{extra}]'") from None
+                raise ConfigError(
+                    f"{key} needs {module}, which is not installed: pip install -e '.[{extra}]'"
+                ) from None
     _check_path(m.path, m.trust_remote_code)
     try:
         from trainer.policy.hf import load_tokenizer

@@ -58,36 +58,41 @@ def _trainers(plan: HFPlan, model_dir: str) -> dict[str, Trainer]:
     write_tiny_model(model_dir, "gpt2", positions=256)
     builtin = _config(plan, {"size": "tiny"})
     hf = _config(plan, {"source": "hf", "path": model_dir})
-    return {
+    return {  # both built, whichever is timed: the same order of work either way
         "builtin": Trainer(builtin, policy=build_policy(builtin, CharTokenizer(CHESS_ALPHABET))),
         "hf": Trainer(hf, policy=build_policy(hf)),
     }
 
 
-def bench_hf(plan: HFPlan) -> dict[str, Any]:
-    section = new_section("hf", TITLE, owns=HEADLINE)
+def bench_rates(plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf")) -> dict[str, list[float]]:
+    """Completions/s of each timed GRPO step of each policy (steps alternate between them), and
+    under the key `<policy>/<phase>` the step's sampling and update seconds."""
     pairs = generate_pairs(plan.prompts, seed=5, min_plies=1, max_plies=4)
     rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))
-    rates: dict[str, list[float]] = {"builtin": [], "hf": []}
-    phases: dict[str, dict[str, list[float]]] = {k: {"sample_s": [], "update_s": []} for k in rates}
+    out: dict[str, list[float]] = {k: [] for p in policies for k in (p, f"{p}/sample_s", f"{p}/update_s")}
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as model_dir:
-        trainers = _trainers(plan, model_dir)
+        trainers = {k: v for k, v in _trainers(plan, model_dir).items() if k in policies}
         for i in range(plan.warmup + plan.steps):
             for name, trainer in trainers.items():
                 m = trainer.grpo_step(pairs, rewards)
                 if i >= plan.warmup:
-                    rates[name].append(m["completions"] / m["step_time_s"])
-                    for phase in phases[name]:
-                        phases[name][phase].append(m[phase])
+                    out[name].append(m["completions"] / m["step_time_s"])
+                    for phase in ("sample_s", "update_s"):
+                        out[f"{name}/{phase}"].append(m[phase])
+    return out
+
+
+def bench_hf(plan: HFPlan) -> dict[str, Any]:
+    section = new_section("hf", TITLE, owns=HEADLINE)
+    rates = bench_rates(plan)
     rows = [
-        [name, median(rates[name]), median(phases[name]["sample_s"]), median(phases[name]["update_s"])]
-        for name in rates
+        [p, *(median(rates[k]) for k in (p, f"{p}/sample_s", f"{p}/update_s"))] for p in ("builtin", "hf")
     ]
     add_table(section, "GRPO step, medians", ["policy", "completions/s", "sample_s", "update_s"], rows)
     hf, builtin = median(rates["hf"]), median(rates["builtin"])
     set_headline(section, "hf_completions_per_s", hf)
     set_headline(section, "hf_vs_builtin", hf / builtin)
-    section["data"] = {"rates": rates, "phases": phases, "plan": plan.__dict__}
+    section["data"] = {"rates": rates, "plan": plan.__dict__}
     section["notes"].append(
         f"{plan.prompts} prompts x {plan.group_size} completions of up to {plan.max_new_tokens} tokens, "
         "fp32, in-process scoring; steps alternate between the two policies"

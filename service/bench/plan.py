@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from service.bench.grpo import GRPOPlan
 from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
+from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
 SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf")
+OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -27,13 +29,15 @@ class BenchPlan:
     train_step: TrainStepPlan
     grpo: GRPOPlan
     hf: HFPlan = HFPlan()
+    peer: PeerPlan = PeerPlan()
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.sections if s not in SECTIONS]
+        allowed = SECTIONS + OPTIONAL_SECTIONS
+        unknown = [s for s in self.sections if s not in allowed]
         if unknown or not self.sections:
             raise ValueError(
-                f"sections must be a non-empty subset of {list(SECTIONS)}, got {list(self.sections)}"
+                f"sections must be a non-empty subset of {list(allowed)}, got {list(self.sections)}"
             )
 
 

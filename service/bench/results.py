@@ -26,6 +26,7 @@ HEADLINE_TARGETS: dict[str, str] = {
     "mfu": "GPU only (124M model, bf16)",
     "hf_completions_per_s": "the transformers policy's GRPO step (tiny GPT-2, fp32)",
     "hf_vs_builtin": ">= 0.7 (hf over the built-in GPT at equal shapes, work and settings)",
+    "hf_vs_peer": ">= 2x the TRL peer on its own model and work (`--sections peer`)",
 }
 
 

@@ -16,6 +16,9 @@ from service.bench.hf import HEADLINE as HF_HEADLINE
 from service.bench.hf import TITLE as HF_TITLE
 from service.bench.hf import bench_hf
 from service.bench.machine import load_average, machine_info, usable_cores
+from service.bench.peer import HEADLINE as PEER_HEADLINE
+from service.bench.peer import TITLE as PEER_TITLE
+from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
 from service.bench.results import collect_headline, new_section
 from service.bench.reward import bench_reward
@@ -45,6 +48,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
         lambda p: bench_grpo(p.grpo),
     ),
     "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
+    "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer)),
 }
 
 

@@ -48,7 +48,9 @@ def _own_model(path: Path, arch: str) -> Path:
     )
     ids = {"bos_token_id": 0, "eos_token_id": 1}
     if arch == "gpt2":
-        config = transformers.GPT2Config(vocab_size=len(vocab), n_positions=160, n_embd=64, n_layer=2, n_head=2, **ids)
+        config = transformers.GPT2Config(
+            vocab_size=len(vocab), n_positions=160, n_embd=64, n_layer=2, n_head=2, **ids
+        )
     else:
         config = transformers.LlamaConfig(
             vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -18,6 +18,7 @@ from trainer.policy.base import Step
 from trainer.policy.gpt import GPT, positions_from_mask
 from trainer.policy.kv_cache import KVCache
 
+
 def decode_step(model: GPT, tokens: Tensor, position_ids: Tensor, cache: KVCache) -> Tensor:
     """One cached decoding step: tokens `[N]` at positions `[N]` -> next-token logits `[N, V]`.
 

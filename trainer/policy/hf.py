@@ -38,11 +38,15 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, ids: Tensor, position_ids: Tensor | None = None, attn_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, position_ids: Tensor | None = None, attn_mask: Tensor | None = None
+    ) -> Tensor:
         if attn_mask is not None and position_ids is None:
             position_ids = positions_from_mask(attn_mask)
         mask = None if attn_mask is None else attn_mask.long()
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).logits
+        return self.model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+        ).logits
 
 
 def load_kwargs(cfg: ModelConfig) -> dict:
@@ -142,7 +146,9 @@ class HFPolicy:
             return full_decoder(self.module, ids, mask, cfg, max_len)
         k, (b, p) = cfg.group_size, ids.shape
         model = self.model
-        out = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions_from_mask(mask), use_cache=True)
+        out = model(
+            input_ids=ids, attention_mask=mask.long(), position_ids=positions_from_mask(mask), use_cache=True
+        )
         cache = out.past_key_values
         cache.batch_repeat_interleave(k)  # one prefill per prompt serves its K rows
         seen = torch.ones((b * k, max_len), dtype=torch.long, device=ids.device)  # [N, T_max]

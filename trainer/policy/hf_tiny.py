@@ -45,7 +45,11 @@ def model_config(arch: str, tok, width: int = 128, layers: int = 2, heads: int =
     """A transformers config of the tiny shape (the built-in `tiny` GPT's: 2 layers, 128 wide)."""
     from transformers import GPT2Config, LlamaConfig
 
-    ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+    ids = {
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
     if arch == "gpt2":
         return GPT2Config(
             vocab_size=len(tok), n_positions=positions, n_embd=width, n_layer=layers, n_head=heads, **ids

@@ -19,7 +19,9 @@ class HFTokenizer:
 
     def __init__(self, tok, fmt: PromptFormat | None = None) -> None:
         if tok.pad_token_id is None or tok.eos_token_id is None:
-            raise ValueError("the tokenizer needs an EOS and a PAD token (the loader adds a PAD where none is set)")
+            raise ValueError(
+                "the tokenizer needs an EOS and a PAD token (the loader adds a PAD where none is set)"
+            )
         fmt = fmt or PromptFormat()
         if fmt.chat_template and not getattr(tok, "chat_template", None):
             raise ValueError("task.chat_template: true, but the model's tokenizer has no chat template")

@@ -13,6 +13,7 @@ import torch
 from service.bench.__main__ import parse_args
 from service.bench.grpo import GRPOPlan, reference_config, with_updates
 from service.bench.grpo_trial import merge_trials, step_flops, summarise_steps
+from service.bench.hf import HFPlan
 from service.bench.plan import BenchPlan, quick_plan
 from service.bench.results import (
     HEADLINE_TARGETS,
@@ -43,6 +44,9 @@ HEADLINE_KEYS = {
     "grpo_completions_per_s",
     "bf16_vs_fp32_speedup",
     "mfu",
+    "hf_completions_per_s",
+    "hf_vs_builtin",
+    "hf_vs_peer",
 }
 
 
@@ -165,6 +169,7 @@ def toy_plan() -> BenchPlan:
         sampling=SamplingPlan(sizes=("tiny",), max_new_tokens=8, repeats=1, warmup=1),
         train_step=TrainStepPlan(cpu_sizes=("tiny",), cpu_batch=(4, 16), steps=1, warmup=1),
         grpo=GRPOPlan(steps=1, warmup=0, baseline_steps=1, sft_steps=2, extras=False, max_new_tokens=12),
+        hf=HFPlan(steps=1, warmup=0, prompts=2, group_size=2, max_new_tokens=8),
     )
 
 
@@ -177,14 +182,17 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
     assert {"schema", "command", "mode", "machine", "headline", "headline_notes", "sections"} <= set(data)
     for key in ("cpu_model", "usable_cores", "torch", "ray", "python", "gpu"):
         assert key in data["machine"]
-    assert [s["status"] for s in data["sections"]] == ["ok"] * 5, [s["error"] for s in data["sections"]]
+    assert [s["status"] for s in data["sections"]] == ["ok"] * 6, [s["error"] for s in data["sections"]]
     assert set(data["headline"]) == HEADLINE_KEYS
     for key, value in data["headline"].items():
         if value is None:
             assert data["headline_notes"][key]
         else:
             assert isinstance(value, float) and math.isfinite(value) and value > 0
-    for key in ("kv_cache_speedup", "pool2_vs_inprocess", "reward_wait_fraction", "grpo_completions_per_s"):
+    for key in (
+        "kv_cache_speedup", "pool2_vs_inprocess", "reward_wait_fraction", "grpo_completions_per_s",
+        "hf_completions_per_s", "hf_vs_builtin",
+    ):  # fmt: skip
         assert data["headline"][key] is not None, data["headline_notes"].get(key)
     if not torch.cuda.is_available():
         assert data["headline_notes"]["mfu"] == "no CUDA device"
@@ -200,5 +208,6 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
         "3. Training step",
         "4. A whole GRPO",
         "5. Ablation",
+        "6. The transformers policy",
     ):
         assert title in md

@@ -56,7 +56,9 @@ def _rollouts(trainer: Trainer):
 
 def _update(trainer: Trainer, rollouts, values) -> dict:
     flat = [v for vs in values for v in vs]
-    return trainer.grpo_update(rollouts, Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat)))
+    return trainer.grpo_update(
+        rollouts, Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
+    )
 
 
 def test_only_adapter_tensors_change_and_the_reference_is_the_base_model(base_dir):

@@ -28,7 +28,13 @@ def _prompts(policy):
 def test_cached_decoding_equals_full_recomputation(policy):
     cfg = SamplingConfig(group_size=2, max_new_tokens=16)
     cached = generate(policy, _prompts(policy), cfg, greedy=True, stop_at_eos=False)
-    full = generate(policy, _prompts(policy), cfg.model_copy(update={"use_kv_cache": False}), greedy=True, stop_at_eos=False)
+    full = generate(
+        policy,
+        _prompts(policy),
+        cfg.model_copy(update={"use_kv_cache": False}),
+        greedy=True,
+        stop_at_eos=False,
+    )
     assert torch.equal(cached.input_ids, full.input_ids)
     torch.testing.assert_close(cached.old_logprobs, full.old_logprobs, rtol=0, atol=1e-5)
 
