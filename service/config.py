@@ -56,7 +56,7 @@ class TaskConfig(Frozen):
         default_factory=list, description="text: strings that end a completion (besides EOS)"
     )
     engine: EngineConfig = Field(
-        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, ...)"
     )
     train_positions: int = Field(
         2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
