@@ -23,6 +23,7 @@ import ray
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.bench.isolated import PeakMemory
@@ -170,10 +171,10 @@ def _open_rewards(
     With a gcs_address the process joins the cluster either way, as the service's trainer
     process does, so inline and pool trials carry the same Ray threads.
     """
-    if kind not in ("inline", "pool"):
-        raise ValueError(f"rewards must be 'inline' or 'pool', got {kind!r}")
-    if kind == "pool" and not gcs_address:
-        raise ValueError("rewards='pool' needs the gcs_address of a running Ray cluster")
+    if kind not in ("inline", "pool", "auto"):
+        raise ValueError(f"rewards must be 'inline', 'pool' or 'auto', got {kind!r}")
+    if kind != "inline" and not gcs_address:
+        raise ValueError(f"rewards={kind!r} needs the gcs_address of a running Ray cluster")
     if gcs_address and not ray.is_initialized():
         ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
     reward_cfg = RewardConfig.model_validate(reward or {})
@@ -181,6 +182,8 @@ def _open_rewards(
         return InlineRewards(scorer_rewards(Scorer(reward_cfg))), None
     cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
     pool = RewardPool.create(reward_cfg, cfg, run_id="bench")
+    if kind == "auto":  # pool.placement=auto, as the service runs it
+        return PlacedRewards(pool, Scorer(reward_cfg), "auto", log=lambda line: None), pool
     return pool, pool
 
 

@@ -55,7 +55,7 @@ def quick_plan() -> BenchPlan:
             worker_counts=(1, 2),
             repeats=1,
             inline_wait_items=16,
-            grpo_costs=("io 20 ms (async)",),
+            grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
             grpo_steps=2,
         ),
     )

@@ -32,7 +32,13 @@ from service.bench.timing import interleaved_times, median
 from trainer.data.chess_games import generate_pairs
 
 TITLE = "6. Reward cost: inline or on the pool"
-HEADLINE = ("pool2_vs_inprocess_1ms", "reward_wait_fraction_io20ms", "inline_reward_fraction_io20ms")
+HEADLINE = (
+    "pool2_vs_inprocess_1ms",
+    "reward_wait_fraction_io20ms",
+    "inline_reward_fraction_io20ms",
+    "auto_vs_best",
+)
+AUTO_COST = "fen (~0.02 ms CPU)"  # auto_vs_best is read on the bundled reward
 _TRIAL = "service.bench.grpo_trial:run_trial"
 
 
@@ -116,8 +122,10 @@ def _grpo(plan: RewardCostPlan) -> dict[str, dict[str, Any]]:
     out = {}
     for cost in plan.grpo_costs:
         spec, _ = COSTS[cost]
-        for kind in ("inline", "pool"):
-            kwargs = {"trainer_cfg": base, "rewards": kind, "steps": plan.grpo_steps, "warmup": plan.grpo_warmup,
+        # auto probes both sides in its first two steps: they are its warm-up here
+        for kind in ("inline", "pool", "auto") if cost == AUTO_COST else ("inline", "pool"):
+            warmup = max(plan.grpo_warmup, 2) if kind == "auto" else plan.grpo_warmup
+            kwargs = {"trainer_cfg": base, "rewards": kind, "steps": plan.grpo_steps, "warmup": warmup,
                       "threads": 2, "pool_cfg": pool_cfg, "gcs_address": gcs, "reward": _reward(spec).model_dump()}  # fmt: skip
             out[f"{cost} | {kind}"] = run_isolated(_TRIAL, kwargs)
     return out
@@ -197,3 +205,11 @@ def _headline(section: dict[str, Any], alone: dict, grpo: dict) -> None:
             set_headline(section, key, None, f"no GRPO trial of {io} {kind} in this plan")
         else:
             set_headline(section, key, trial["reward_fraction"])
+    trials = [grpo.get(f"{AUTO_COST} | {kind}") for kind in ("auto", "inline", "pool")]
+    if None in trials:
+        set_headline(
+            section, "auto_vs_best", None, f"no GRPO trials of {AUTO_COST} auto, inline and pool in this plan"
+        )
+    else:
+        auto, inline, pool = (t["step_s"] for t in trials)
+        set_headline(section, "auto_vs_best", auto / min(inline, pool))
