@@ -13,6 +13,7 @@ cluster the parent started (scoring overlaps the rest of the step).
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -33,6 +34,7 @@ from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards, Rewards
 from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling.logprobs import token_entropy, token_logprobs
 from trainer.sampling.rollout import Rollout, completions_text
 from trainer.sampling.sampler import generate
 
@@ -61,6 +63,27 @@ class PerRowPrefillTrainer(Trainer):
             tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
             rollouts.append(rollout)
         return rollouts, tickets
+
+
+def legacy_completion_logprobs(model, rollout: Rollout, temperature: float, *, entropy: bool = True):
+    """The log-prob pass as it was before it was trimmed (the ablation's rows before the reference):
+    the lm-head and log-softmax over every position, the entropy under autograd, and computed for
+    the reference pass too."""
+    p = rollout.prompt_len
+    logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
+    logits = logits[:, p - 1 :].float() / temperature
+    keep = rollout.completion_mask
+    logp = token_logprobs(logits, rollout.input_ids[:, p:]).masked_fill(~keep, 0.0)
+    return logp, token_entropy(logits).masked_fill(~keep, 0.0)
+
+
+def use_legacy_logprobs() -> None:
+    """Swap the trimmed log-prob pass for the legacy one in this process (trial processes only)."""
+    import trainer.engine
+    import trainer.grpo.update
+
+    trainer.engine.completion_logprobs = legacy_completion_logprobs
+    trainer.grpo.update.completion_logprobs = legacy_completion_logprobs
 
 
 def scorer_rewards(scorer: Scorer):
@@ -222,11 +245,17 @@ def run_trial(
     init_weights: str | None = None,
     pool_cfg: dict[str, Any] | None = None,
     gcs_address: str | None = None,
+    legacy_logprobs: bool = False,
     reward: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory."""
+    """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
+
+    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
+    """
     if device == "cpu":
         torch.set_num_threads(threads)
+    if legacy_logprobs:
+        use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)
     trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
@@ -259,7 +288,12 @@ def run_trial(
     finally:
         if pool is not None:
             pool.shutdown()
-    return {**summarise_steps(records), **peak}
+    runtime = {
+        "precision": trainer.precision.dtype,
+        "torch_threads": torch.get_num_threads(),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    return {**summarise_steps(records), **peak, "runtime": runtime}
 
 
 def summarise_steps(records: list[dict[str, float]]) -> dict[str, Any]:
@@ -273,6 +307,7 @@ def merge_trials(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs of one configuration as one: medians over all their steps, the largest peak."""
     merged = summarise_steps([r for t in trials for r in t["steps"]])
     merged.update(peak_mb=max(t["peak_mb"] for t in trials), method=trials[0]["method"], runs=len(trials))
+    merged["runtime"] = trials[0].get("runtime")
     return merged
 
 

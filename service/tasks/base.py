@@ -44,6 +44,11 @@ class Task(ABC):
         """Strings that end a completion besides EOS (`trainer.sampling.stop`)."""
         return ()
 
+    @property
+    def eval_group(self) -> tuple[str, Callable[[str], str]] | None:
+        """(name, prompt -> key): held-out figures by key as `by_<name>` in evaluation records; None: none."""
+        return None
+
     @abstractmethod
     def eval_pairs(self) -> list[Pair]:
         """The held-out pairs (deterministic; disjoint from training). ValueError when impossible."""
