@@ -3,8 +3,9 @@
     rewards = PlacedRewards(pool, scorer, "auto")      # a RewardSource, like the pool itself
     trainer.grpo_step(pairs, rewards)
 
-`auto` scores the first step on the pool and the second in process, timing what each costs the
-step's critical path (the time spent in `submit` and `collect`) per item, and keeps the cheaper.
+`auto` scores its first four steps on the pool and in process in turn, timing what each costs the
+step's critical path (the time spent in `submit` and `collect`) per item, and keeps the side whose
+cheaper step was cheaper.
 While it runs it keeps timing the chosen side; when that cost moves by more than `RECHECK_RATIO`
 either way, it measures both sides again. Every decision is logged with its figures, and each
 step's stats carry `placement_inline` (1 or 0) and the two per-item costs last measured, which the
@@ -33,7 +34,9 @@ from trainer.grpo.reward_source import Rewards
 
 logger = logging.getLogger(__name__)
 
-PROBE = ("pool", "inline")  # auto's first two steps, in this order
+# auto's probe steps, in this order; each side's cost is its cheaper step (the first use of a side
+# pays one-off costs: a thread starting, caches filling)
+PROBE = ("pool", "inline", "pool", "inline")
 RECHECK_RATIO = 2.0
 
 
@@ -51,6 +54,7 @@ class PlacedRewards:
         self.where = mode if mode != "auto" else PROBE[0]
         self.cost_ms: dict[str, float | None] = {"inline": None, "pool": None}  # per item, last measured
         self._chosen_ms: float | None = None
+        self._probed: dict[str, list[float]] = {"inline": [], "pool": []}
         self._pinned = False
         self._spent = 0.0  # seconds of this step's critical path in submit/collect
         self.decisions: list[dict[str, Any]] = []
@@ -114,6 +118,7 @@ class PlacedRewards:
         if self._pinned or self.mode != "auto":
             return
         if self._probe:
+            self._probed[self.where].append(ms)
             self._probe.pop(0)
             if self._probe:
                 self.where = self._probe[0]
@@ -127,13 +132,14 @@ class PlacedRewards:
             self.where = self._probe[0]
 
     def _decide(self, why: str) -> None:
-        inline, pool = self.cost_ms["inline"], self.cost_ms["pool"]
-        if inline is None or pool is None:  # a probe step without items: measure again next time
-            self._probe = [side for side in PROBE if self.cost_ms[side] is None]
+        inline, pool = (min(self._probed[side], default=None) for side in ("inline", "pool"))
+        self._probed = {"inline": [], "pool": []}
+        if inline is None or pool is None:  # probe steps without items: measure again
+            self._probe = list(PROBE)
             self.where = self._probe[0]
             return
         self.where = "inline" if inline <= pool else "pool"
-        self._chosen_ms = self.cost_ms[self.where]
+        self._chosen_ms = inline if self.where == "inline" else pool
         record = {"where": self.where, "inline_ms_per_item": inline, "pool_ms_per_item": pool, "why": why}
         self.decisions.append(record)
         self._log(f"[placement] rewards scored {'in process' if self.where == 'inline' else 'on the pool'}: "

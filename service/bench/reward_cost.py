@@ -19,6 +19,7 @@ import chess
 import ray
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PROBE
 from actors.pool.reward_pool import RewardPool
 from rewards import EngineConfig, MoveScorer, RewardConfig, Scorer
 from rewards.config import UserRewardSpec
@@ -122,9 +123,9 @@ def _grpo(plan: RewardCostPlan) -> dict[str, dict[str, Any]]:
     out = {}
     for cost in plan.grpo_costs:
         spec, _ = COSTS[cost]
-        # auto probes both sides in its first two steps: they are its warm-up here
+        # auto probes both sides in its first steps: they are its warm-up here
         for kind in ("inline", "pool", "auto") if cost == AUTO_COST else ("inline", "pool"):
-            warmup = max(plan.grpo_warmup, 2) if kind == "auto" else plan.grpo_warmup
+            warmup = max(plan.grpo_warmup, len(PROBE)) if kind == "auto" else plan.grpo_warmup
             kwargs = {"trainer_cfg": base, "rewards": kind, "steps": plan.grpo_steps, "warmup": warmup,
                       "threads": 2, "pool_cfg": pool_cfg, "gcs_address": gcs, "reward": _reward(spec).model_dump()}  # fmt: skip
             out[f"{cost} | {kind}"] = run_isolated(_TRIAL, kwargs)

@@ -35,13 +35,13 @@ def _steps(placed: PlacedRewards, batches, per_step: int = 2):
 
 
 def test_auto_keeps_the_fen_reward_in_process_and_a_waiting_reward_on_the_pool():
-    batches = [realistic_batch(64, seed=s) for s in range(5)]
+    batches = [realistic_batch(64, seed=s) for s in range(6)]
     lines: list[str] = []
     fen = Scorer()
     with RewardPool.create(fen, _cfg(), run_id="place-fen") as pool:
         placed = PlacedRewards(pool, fen, "auto", log=lines.append)
         steps = _steps(placed, batches)
-    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
     assert placed.decisions[0]["where"] == "inline" and "ms/item in process" in lines[0]
     for (completions, targets), step in zip(batches, steps, strict=True):
         assert step.values == [
@@ -50,8 +50,8 @@ def test_auto_keeps_the_fen_reward_in_process_and_a_waiting_reward_on_the_pool()
     waiting = Scorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:waits_20ms")]))
     with RewardPool.create(waiting, _cfg(concurrency_per_worker=64), run_id="place-io") as pool:
         placed = PlacedRewards(pool, waiting, "auto", log=lines.append)
-        steps = _steps(placed, batches[:3])
-    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0]
+        steps = _steps(placed, batches[:5])
+    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0, 1.0, 0.0]
     assert placed.decisions[-1]["pool_ms_per_item"] < placed.decisions[-1]["inline_ms_per_item"]
 
 
