@@ -39,6 +39,7 @@ class MoveTask(Task):
     reward: RewardConfig
     engine: EngineConfig
     train_positions: int
+    checked_at_submit = False  # the engine is on the cluster; the submitting machine may lack it
 
     @classmethod
     def check_config(cls, cfg: ServiceConfig) -> str | None:
