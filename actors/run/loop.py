@@ -235,7 +235,8 @@ class WorkerLoop:
         except CheckpointWriteError:
             raise
         except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]  # one line, even for pyarrow's
+            cause = _os_error_in(exc) or exc  # Ray wraps the OS error in advice about multi-node storage
+            what = " ".join(f"{type(cause).__name__}: {cause}".split())[:600]  # one line, even for pyarrow's
             raise CheckpointWriteError(self._write_failure(step, what)) from exc
         finally:
             if staging is not None:
@@ -284,6 +285,17 @@ class WorkerLoop:
         self._last_good = step_dir_name(self._last_checkpoint)
         self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The innermost OSError in an exception's chain of causes, if any (disk full, permission, ...)."""
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError):
+            found = exc
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def load_verified(path: Path) -> tuple[dict, dict]:
