@@ -38,6 +38,7 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
     step_dir_name,
+    write_failure_message,
 )
 from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
@@ -252,15 +253,9 @@ class WorkerLoop:
         if not manifest.is_file():
             raise CheckpointWriteError(self._write_failure(step, f"{manifest} is missing after the write"))
 
-    def _write_failure(self, step: int, what: str) -> str:
-        """One line: which checkpoint, where, why, and what the run does about it."""
+    def _write_failure(self, step: int, why: str) -> str:
         where = self.spec.checkpoint_dir or "Ray Train's storage"
-        last = self._last_good or "none"
-        return (
-            f"checkpoint {step_dir_name(step)} could not be written to {where} ({what}); the run stops "
-            f"rather than train on without checkpoints; the last good checkpoint is {last}: fix the "
-            "storage, then continue with --resume"
-        )
+        return write_failure_message(f"checkpoint {step_dir_name(step)}", where, why, self._last_good)
 
     def _wait_recorded(self, step: int) -> None:
         """Until the driver has written every record published so far: a checkpoint then never
