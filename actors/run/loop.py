@@ -236,8 +236,10 @@ class WorkerLoop:
         except CheckpointWriteError:
             raise
         except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
-            cause = _os_error_in(exc) or exc  # Ray wraps the OS error in advice about multi-node storage
-            what = " ".join(f"{type(cause).__name__}: {cause}".split())[:600]  # one line, even for pyarrow's
+            # Ray may wrap the OS error, or only find its storage marker gone: then ask the OS directly.
+            cause = _os_error_in(exc)
+            why = f"{type(cause).__name__}: {cause}" if cause else _storage_problem(self.spec.checkpoint_dir)
+            what = " ".join((why or f"{type(exc).__name__}: {exc}").split())[:600]  # one line
             raise CheckpointWriteError(self._write_failure(step, what)) from exc
         finally:
             if staging is not None:
@@ -280,6 +282,18 @@ class WorkerLoop:
         self._last_good = step_dir_name(self._last_checkpoint)
         self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
+
+
+def _storage_problem(directory: str | None) -> str | None:
+    """What the OS answers when a file is created in `directory` (None: it can be, or no directory)."""
+    if directory is None:
+        return None
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:
