@@ -85,19 +85,13 @@ class DiskFull:
         self.filler = store / "filler"
 
     def inject(self) -> None:
-        with open(self.filler, "wb") as f, contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * (1 << 20))
-                f.flush()
-                os.fsync(f.fileno())
-        # The last partial block may have fit: fill the rest one small write at a time.
-        with open(self.filler, "ab") as f:
-            with pytest.raises(OSError) as info:
-                for _ in range(4096):
-                    f.write(b"\0" * 4096)
-                    f.flush()
-                    os.fsync(f.fileno())
-            assert info.value.errno == errno.ENOSPC
+        with open(self.filler, "wb", buffering=0) as f:
+            for size in (1 << 20, 4096, 1):  # big writes, then the last bytes
+                with pytest.raises(OSError) as info:
+                    while True:
+                        f.write(b"\0" * size)
+                assert info.value.errno == errno.ENOSPC
+        assert os.statvfs(self.store).f_bavail == 0
 
     def repair(self) -> None:
         self.filler.unlink()
