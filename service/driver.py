@@ -212,6 +212,7 @@ class RunDriver:
         self.signals = StopSignals()
         self._error: BaseException | None = None
         self._written = 0  # events drained from the control actor and written
+        self._scorer: Any = None  # the reward the pool runs, also handed to the ranks (pool.placement)
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
@@ -220,7 +221,8 @@ class RunDriver:
             started_ray = init_ray(self.cfg, self.console)
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
-            pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
+            self._scorer = self.task.scorer()
+            pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
             if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
                 self._export()
@@ -254,6 +256,7 @@ class RunDriver:
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
             checkpoint_dir=str(checkpoint_root(self.cfg)),
+            scorer=self._scorer,
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
         )

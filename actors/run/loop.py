@@ -28,6 +28,7 @@ import ray.train.torch
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
@@ -69,6 +70,7 @@ class LoopSpec:
     checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+    scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
 
 
 def runtime_settings(trainer: Trainer) -> dict[str, Any]:
@@ -105,6 +107,7 @@ class WorkerLoop:
         self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
+        self._placed: PlacedRewards | None = None
         self._last_checkpoint = -1
         self._last_good: str | None = None  # the newest checkpoint known to be on the storage
         self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
@@ -143,6 +146,8 @@ class WorkerLoop:
             self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
+            if self._placed is not None:
+                self._placed.shutdown()
             if self._pool is not None:
                 self._pool.shutdown()  # a front-end only: the driver owns the workers
 
@@ -152,7 +157,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.pool())
+            metrics = self.trainer.grpo_step(pairs, self.rewards())
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
 
@@ -169,6 +174,20 @@ class WorkerLoop:
         if self._pool is None:
             self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id)
         return self._pool
+
+    def rewards(self) -> RewardPool | PlacedRewards:
+        """Where this rank's GRPO rewards are scored: the pool, or in process when that is cheaper."""
+        if self.spec.pool.placement == "pool" or self.spec.scorer is None:
+            return self.pool()
+        if self._placed is None:
+            self._placed = PlacedRewards(
+                self.pool(), self.spec.scorer, self.spec.pool.placement, log=self._say
+            )
+        return self._placed
+
+    def _say(self, line: str) -> None:
+        if self.rank == 0:
+            print(line, flush=True)
 
     def _source(self):
         pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)
