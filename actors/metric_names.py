@@ -64,6 +64,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("zero_var_frac", "train", "share of groups whose rewards were all equal"),
     _m("dropped_groups", "train", "groups left out of the update"),
     _m("unusable_groups", "train", "groups with a reward that could not be used"),
+    _m("groups", "train", "prompt groups sampled in the step"),
     _m("reward_ok_frac", "train", "share of completions scored with status ok"),
     _m("truncated_frac", "train", "share of completions cut at sampling.max_new_tokens (no EOS)"),
     _m(
@@ -95,15 +96,18 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("exact_match", "eval", "held-out share of completions equal to their target", export=True),
     _m("valid_rate", "eval", "held-out share of completions scored with status ok", export=True),
     _m("count", "eval", "held-out pairs evaluated"),
+    _m("scored", "eval", "held-out completions whose reward could be computed (not error or timeout)"),
+    _m("reward_mean_scored", "eval", "held-out mean reward over the scored completions only"),
     _m("k", "eval", "completions sampled per held-out prompt for pass@k"),
     _m("pass_at_1", "eval", "pass@1 estimated from the k sampled completions"),
     _m("pass_at_k", "eval", "share of prompts with at least one exact completion among k"),
     _m("mean_at_k", "eval", "mean reward of the k sampled completions"),
+    _m("by_plies", "eval", "held-out figures by game length in plies (the fen task): {plies: {count, ...}}"),
     _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
 )
 
 # Record keys that are not metrics: position, identity and payload.
-RECORD_FIELDS = frozenset({"step", "phase", "time", "kind", "samples"})
+RECORD_FIELDS = frozenset({"step", "phase", "time", "kind", "samples", "skip_reason", "statuses"})
 
 # Counters of the run (Prometheus adds `_total`).
 STEPS_COUNTER = ("grpo_steps", "optimiser steps finished")

@@ -102,6 +102,8 @@ def step_progress(
     if progress["phase"] == "grpo":
         progress["reward_mean"] = record.get("reward_mean")
         progress["kl"] = record.get("kl")
+        if record.get("skip_reason"):
+            progress["skip_reason"] = record["skip_reason"]
     if pool:
         progress["pool"] = pool
     return progress

@@ -20,7 +20,15 @@ from typing import Any, Protocol, TextIO
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from service.console import Console, PlainConsole
 from service.progress import eval_progress, pool_totals, step_progress
-from service.run_files import EVAL_FILE, METRICS_FILE, SUMMARY_FILE, JsonlLog, write_json_atomic
+from service.run_files import (
+    EVAL_FILE,
+    METRICS_FILE,
+    RUNTIME_FILE,
+    SUMMARY_FILE,
+    JsonlLog,
+    describe_runtime,
+    write_json_atomic,
+)
 from trainer.schedule import Schedule
 
 # Keys of an eval record that go into summary.json's final_eval (samples are kept apart).
@@ -36,6 +44,19 @@ class RecordSink(Protocol):
     def start(self, from_step: int | None) -> None: ...
     def step(self, record: Mapping[str, Any]) -> None: ...
     def evaluation(self, record: Mapping[str, Any]) -> None: ...
+
+
+def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Over the run's GRPO steps: groups dropped because a reward failed (error, timeout) and
+    steps with no update at all, so a run that trained on part of its data says so."""
+    def total(key: str) -> int:
+        return int(sum(r.get(key) or 0 for r in rows if r.get("phase") == "grpo"))
+
+    return {
+        "reward_failed_groups": total("unusable_groups"),
+        "groups": total("groups"),
+        "skipped_steps": sum(1 for r in rows if r.get("phase") == "grpo" and r.get("skip_reason")),
+    }
 
 
 def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,6 +95,7 @@ class RunRecorder:
         self.last_checkpoint: str | None = None
         self.error: str | None = None
         self._pool_totals: dict[str, Any] = {}
+        self._workers_alive: float | None = None  # last count reported, to say when it changes
         self._durations: dict[str, deque[float]] = {
             "sft": deque(maxlen=ETA_WINDOW),
             "grpo": deque(maxlen=ETA_WINDOW),
@@ -107,6 +129,10 @@ class RunRecorder:
         self._pool_totals = pool_totals(self.metrics.rows())
         for sink in self.sinks:
             sink.start(from_step)
+        runtime = record.get("runtime")
+        if runtime:
+            write_json_atomic(self.run_dir / RUNTIME_FILE, runtime)
+            self.console.detail(f"[train] runtime: {describe_runtime(runtime)}")
         if from_step:
             self.resumed_from = from_step
             self.print(
@@ -127,11 +153,29 @@ class RunRecorder:
         if isinstance(duration, int | float):
             self._durations[phase].append(float(duration))
         self._pool_totals = pool_totals([record], self._pool_totals)
+        self._say_pool_size(record)
         pool = dict(self._pool_totals)
         if self.pool_health is not None:
             pool.update(self.pool_health())
         progress = step_progress(self.run_id, self.total_steps, record, self.eta_s(step), pool)
         self.console.step(progress)
+
+    def _say_pool_size(self, record: dict[str, Any]) -> None:
+        """A warning each time the number of reward workers taking work changes: the run goes on
+        with fewer (their chunks went to the others) or has them back."""
+        alive, total = record.get("pool_workers_alive"), record.get("pool_workers")
+        if not isinstance(alive, int | float) or not isinstance(total, int | float):
+            return
+        before, self._workers_alive = self._workers_alive, alive
+        if alive == before or (before is None and alive == total):
+            return
+        if alive < total:
+            self.warn(
+                f"[pool] {alive:.0f} of {total:.0f} reward workers take work at step {record['step']}: "
+                "the run goes on with fewer (their chunks went to the others)"
+            )
+        else:
+            self.print(f"[pool] all {total:.0f} reward workers take work again at step {record['step']}")
 
     def _on_eval(self, record: dict[str, Any]) -> None:
         self.evals.append(record)
@@ -177,6 +221,7 @@ class RunRecorder:
             "resumed_from": self.resumed_from,
             "last_checkpoint": self.last_checkpoint,
             "run_dir": str(self.run_dir),
+            **dropped_groups(self.metrics.rows()),
         }
         if final and grpo_start and final is not grpo_start:
             summary["gain"] = {

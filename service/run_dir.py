@@ -9,6 +9,7 @@ find the same place.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,10 +24,12 @@ from service.config import (
     parse_override,
     read_config_file,
     set_dotted,
+    trainer_config,
     validate_config,
 )
 from service.presets import DEFAULT_PRESET
-from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, write_text_atomic
+from trainer.schedule import Schedule
+from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
 
 DEFAULT_RUNS_ROOT = "runs"
 TINY_MODEL_DIR = "tiny_model"  # model.source=hf without model.path: a tiny random model is made here
@@ -83,7 +86,23 @@ def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: s
     cfg = validate_config(data)
     name = cfg.run.name or located.name
     data = deep_merge(cfg.model_dump(mode="json"), {"run": {"name": name, "run_dir": str(located)}})
-    return validate_config(data)
+    cfg = validate_config(data)
+    refuse_finished(cfg, located)
+    return cfg
+
+
+def refuse_finished(cfg: ServiceConfig, run_dir: Path) -> None:
+    """A run that succeeded and has no more steps to take is left as it is (ConfigError, exit 2)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return  # no summary (killed) or a torn one: resume
+    total = Schedule.of(trainer_config(cfg)).total
+    if summary.get("status") == "succeeded" and int(summary.get("steps") or 0) >= total:
+        raise ConfigError(
+            f"--resume: run {cfg.run.name!r} already succeeded at step {summary.get('steps')} of {total}; "
+            "nothing to do and nothing was changed (to train longer, add --set grpo.steps=<more>)"
+        )
 
 
 def _locate(config_file: str | None, overrides: Sequence[str], run_dir: str | None) -> Path:

@@ -4,6 +4,8 @@
                   metrics.jsonl   one object per step: step, phase, loss, step_time_s, reward_mean (GRPO), ...
                   eval.jsonl      one object per held-out evaluation: step, phase, exact_match, valid_rate, reward_mean, ...
                   summary.json    status, steps, final_eval, wall time, error, ...
+                  runtime.json    what the config left to the machine, as rank 0 resolved it: precision,
+                                  compile, torch threads, OpenMP wait policy
                   checkpoints/    step_<step>/ written through Ray Train
                   report.png      curves of the above
 
@@ -24,6 +26,7 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
 SUMMARY_FILE = "summary.json"
+RUNTIME_FILE = "runtime.json"
 REPORT_FILE = "report.png"
 CHECKPOINT_DIR = "checkpoints"
 
@@ -41,6 +44,16 @@ def json_safe(value: Any) -> Any:
     if hasattr(value, "item"):  # torch / numpy scalar
         return json_safe(value.item())
     return str(value)
+
+
+def describe_runtime(runtime: Mapping[str, Any]) -> str:
+    """One line of runtime.json: 'fp32 (auto: ...), compile off/on, 2 torch threads, OMP_WAIT_POLICY=PASSIVE'."""
+    compiled = [k.removesuffix("_compile") for k in ("model_compile", "sampling_compile") if runtime.get(k)]
+    return (
+        f"{runtime.get('precision')} ({runtime.get('precision_reason')}), "
+        f"compile {'+'.join(compiled) if compiled else 'off'}, {runtime.get('torch_threads')} torch threads, "
+        f"OMP_WAIT_POLICY={runtime.get('OMP_WAIT_POLICY') or 'unset'}"
+    )
 
 
 def dumps(record: Mapping[str, Any]) -> str:

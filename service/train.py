@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from actors.pool.config import PoolConfig
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
 from service.model_checks import check_hf_model, prepare_model, run_prompts
+from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import fresh_config, prepare_run_dir, resumed_config
 from service.tasks import Task, build_task
@@ -88,32 +90,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = resolve(args)
     except ConfigError as exc:
         return _bad_config(exc)
-    try:  # imported only now: a bad config is refused without loading torch and Ray
-        from service.driver import RunDriver
-    except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
-        print(f"cannot start: {exc}", file=sys.stderr, flush=True)
-        return 1
     console = make_console(
         verbosity_of(args), every_steps=cfg.run.log_every, interval_s=cfg.run.log_interval_s
     )
     try:
-        # Data problems (a ply range with too few held-out positions, an unreadable file, a bad
-        # row, a reward that needs a field the rows lack) and a logger without its package are
-        # config problems too: find them before anything starts.
-        if problems := missing_extras(cfg.logging):
-            raise ConfigError(problems[0])
-        task = build_task(cfg)
-        eval_set = held_out_eval_pairs(task, cfg)
-        train_pairs = task.training_pairs(console.header)
-        if cfg.model.source == "hf":  # the model and its tokenizer checked before anything starts
-            prepare_model(cfg, console.header)
-            check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
-        run_dir = prepare_run_dir(cfg)
+        task, eval_set, train_pairs, pool = preflight(cfg, console.header)
     except (ConfigError, ValueError) as exc:
         return _bad_config(exc)
+    try:  # imported only now: a refused run never waits for torch and Ray to load
+        from service.driver import RunDriver
+    except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
+        print(f"cannot start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        run_dir = prepare_run_dir(cfg)
+    except ConfigError as exc:
+        return _bad_config(exc)
+    cfg = cfg.model_copy(update={"pool": pool})  # chunks fitted to the reward's measured cost
     console.header(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}")
     console.detail("[train] resolved config:\n" + config_to_yaml(cfg).rstrip())
     return RunDriver(cfg, task, eval_set, train_pairs, console).run()
+
+
+def preflight(cfg: ServiceConfig, log: Callable[[str], None]) -> tuple[Task, list[Pair], list[Pair] | None, PoolConfig]:
+    """Everything that can refuse the run before anything starts (`service.preflight`): data problems
+    (a ply range with too few held-out positions, an unreadable file, a bad row or one that cannot
+    tokenize or fit, a reward that needs a field the rows lack), a logger without its package,
+    config relations, and the rewards tried on the run's data. Raises ConfigError (one line)."""
+    if problems := missing_extras(cfg.logging):
+        raise ConfigError(problems[0])
+    task = build_task(cfg)
+    eval_set = held_out_eval_pairs(task, cfg)
+    train_pairs = task.training_pairs(log)
+    pool = check_run(cfg, task, eval_set, train_pairs, driver=True, log=log)
+    if cfg.model.source == "hf":  # the model and its tokenizer checked before anything starts
+        prepare_model(cfg, log)
+        check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
+    return task, eval_set, train_pairs, pool
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:

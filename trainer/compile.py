@@ -1,12 +1,16 @@
-"""torch.compile behind a capability check: CUDA with compute capability >= 7, else eager.
+"""torch.compile behind a capability check: CUDA with compute capability >= 7, or a CPU with a
+C++ compiler for inductor's C++ backend; eager elsewhere.
 
 Asking for compilation where it is not supported is not an error: the caller gets the eager
-function back and one warning per reason is logged.
+function back and one warning per reason is logged. Compiling happens at the first call of each
+new shape (seconds to a minute on a small CPU), so timings must come after a warm-up.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -21,8 +25,13 @@ F = TypeVar("F", bound=Callable)
 def compile_unsupported_reason(device: torch.device | str) -> str | None:
     """Why torch.compile is not used on `device`, or None when it is supported."""
     device = torch.device(device)
+    if device.type == "cpu":
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None and shutil.which("c++") is None:
+            return f"no C++ compiler ({compiler} or c++) for inductor's CPU backend"
+        return None
     if device.type != "cuda":
-        return f"device {device.type!r} is not CUDA"
+        return f"device {device.type!r} is neither CUDA nor CPU"
     if not torch.cuda.is_available():
         return "CUDA is not available"
     major, minor = torch.cuda.get_device_capability(device)

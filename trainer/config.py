@@ -85,7 +85,9 @@ class ModelConfig(Frozen):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass (hf: the model's own switch)"
     )
-    compile: bool = Field(False, description="torch.compile the training forward (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +117,9 @@ class ModelConfig(Frozen):
         return self
 
 
+FILE_SOURCES = {"pgn": "pgn", "jsonl": "jsonl", "json": "jsonl"}  # data.source by the file's extension
+
+
 class DataConfig(Frozen):
     """Where (prompt, target) pairs come from."""
 
@@ -127,8 +132,26 @@ class DataConfig(Frozen):
     natural: bool = Field(False, description="weight moves toward more natural play")
     eval_size: int = Field(64, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_extension(cls, data: Any) -> Any:
+        # A path given without a source is read as its extension says, never silently ignored.
+        if isinstance(data, dict) and data.get("path") and "source" not in data:
+            suffix = str(data["path"]).lower().rsplit(".", 1)[-1]
+            if suffix in FILE_SOURCES:
+                return {**data, "source": FILE_SOURCES[suffix]}
+            raise ValueError(
+                f"path {data['path']!r}: set data.source (pgn or jsonl); "
+                f"it cannot be told from the extension (.pgn, .jsonl, .json)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
+        if self.source == "generated" and self.path:
+            raise ValueError(
+                f"path {self.path!r} is read only with source pgn or jsonl; source is 'generated'"
+            )
         if self.min_plies > self.max_plies:
             raise ValueError(f"min_plies ({self.min_plies}) must be <= max_plies ({self.max_plies})")
         if self.source != "generated" and not self.path:
@@ -149,7 +172,9 @@ class SamplingConfig(Frozen):
     prompts_per_microbatch: int = Field(
         4, ge=1, description="prompts sampled together; scored while the next is sampled"
     )
-    compile: bool = Field(False, description="torch.compile the decode step (CUDA cc>=7 only)")
+    compile: bool = Field(
+        False, description="torch.compile the decode step (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
 
 
@@ -288,7 +313,11 @@ class OptimConfig(Frozen):
 class PrecisionConfig(Frozen):
     """Numerics: bf16 = autocast to bfloat16 with fp32 master weights and no GradScaler."""
 
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="auto: bf16 where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+        "with AVX512-BF16 or AMX), else fp32; the choice is recorded in the run's runtime.json",
+    )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import normalise_scores, sampled_figures, summarise_eval
+from trainer.evaluation import figures_by_group, normalise_scores, sampled_figures, summarise_eval
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
 from trainer.grpo.shaping import mask_rows, shape_rewards
@@ -39,6 +39,7 @@ from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
+from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, generate
 from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
@@ -186,15 +187,26 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- GRPO
-    def sample(self, pairs: Sequence[Any], rewards: RewardSource) -> tuple[list[Rollout], list[Any]]:
+    def sample(
+        self, pairs: Sequence[Any], rewards: RewardSource, first_index: int = 0
+    ) -> tuple[list[Rollout], list[Any]]:
         """Roll out `pairs` in micro-batches of sampling.prompts_per_microbatch prompts, submitting
-        each micro-batch's completions for scoring as soon as it is decoded."""
+        each micro-batch's completions for scoring as soon as it is decoded.
+
+        Row r of prompt i (pairs[i] is prompt first_index + i of the step) draws its own noise,
+        keyed by (seed, GRPO step, first_index + i, r): the tokens do not depend on the micro-batch
+        size or the number of ranks (`trainer.sampling.row_noise`).
+        """
         cfg = self.cfg.sampling
         rollouts, tickets = [], []
-        for chunk in _chunks(pairs, cfg.prompts_per_microbatch):
+        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
+            chunk = pairs[start : start + cfg.prompts_per_microbatch]
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
+            keys = row_keys(
+                self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
+            )
             with self.precision.autocast():
-                rollout = generate(self.policy, prompts, cfg, generator=self.sample_generator)
+                rollout = generate(self.policy, prompts, cfg, row_keys=keys)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
@@ -215,7 +227,7 @@ class Trainer:
         try:
             with torch.no_grad(), self.precision.autocast(), ref.context():
                 t = self.cfg.sampling.temperature
-                return [completion_logprobs(ref.module, r, t)[0] for r in rollouts]
+                return [completion_logprobs(ref.module, r, t, entropy=False)[0] for r in rollouts]
         finally:
             if moved:
                 ref.module.to("cpu")
@@ -224,9 +236,9 @@ class Trainer:
         """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
         start = time.perf_counter()
         timer = PhaseTimer(self.device)
-        self.sample_generator.manual_seed(derived_seed(self.cfg.seed, self.rank, self.grpo_steps))
+        local = self.local_share(pairs)
         with timer.phase("sample_s"):
-            rollouts, tickets = self.sample(self.local_share(pairs), rewards)
+            rollouts, tickets = self.sample(local, rewards, first_index=self.rank * len(local))
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
@@ -289,11 +301,14 @@ class Trainer:
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
         self.grpo_steps += 1
+        if kept_rows == 0:
+            host.update(skip_record(sel))
         host.update(
-            reward_mean=shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size),
+            reward_mean=_finite_or_none(shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)),
             zero_var_frac=sel.zero_var_groups / sel.num_groups,
             dropped_groups=float(sel.dropped_groups),
             unusable_groups=float(sel.unusable_groups),
+            groups=float(sel.num_groups),
             completions=float(n_rows),
             reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,
             truncated_frac=float(shaped.truncated.float().mean()),
@@ -310,6 +325,7 @@ class Trainer:
         n_samples: int = 0,
         metrics_fn=None,
         sample_k: int = 0,
+        group_by: tuple[str, Callable[[str], str]] | None = None,
     ) -> dict[str, Any]:
         """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
 
@@ -317,15 +333,24 @@ class Trainer:
         the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
         the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
         and mean_at_k of sample_k completions per pair sampled at the training temperature (a
-        sample passes when its reward is at least grpo.eval_pass_reward). Runs on this rank alone.
+        sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
+        key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
+        Runs on this rank alone.
         """
         completions = self._complete(pairs, 1, greedy=True)
         targets = [p.target for p in pairs]
         scored = call_scorer(score_fn, completions, targets, _fields(pairs, 1))
         values, statuses = normalise_scores(scored, len(completions))
-        summary = summarise_eval([p.prompt for p in pairs], targets, completions, values, statuses, n_samples)
+        usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
+        summary = summarise_eval(
+            [p.prompt for p in pairs], targets, completions, values, statuses, n_samples, usable
+        )
         if metrics_fn is not None:
             summary.update(metrics_fn(scored))
+        if group_by is not None:
+            name, key_of = group_by
+            keys = [key_of(p.prompt) for p in pairs]
+            summary[f"by_{name}"] = figures_by_group(keys, completions, targets, values, statuses)
         if sample_k:
             summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
@@ -358,7 +383,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything for an exact resume: weights, reference, optimisers, scaler, counters, RNG, config.
 
-        The sampling generator needs no state: it is reseeded from (seed, rank, GRPO step) each step.
+        Sampling needs no generator state: each row's noise is keyed by (seed, GRPO step, prompt, sample).
         Tensors are live views of the trainer's own: serialise them (save_checkpoint) before training on.
         """
         return {
@@ -385,6 +410,27 @@ class Trainer:
         self.sft_steps = int(state["counters"]["sft_steps"])
         self.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)
+
+
+# What a step without an update does not have: no loss was taken, no KL measured.
+NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # no usable reward: none, not nan
+
+
+def skip_record(sel: GroupSelection) -> dict[str, Any]:
+    """The record of a GRPO step whose groups were all dropped: `skipped` with the reason, and the
+    update's figures absent (None), never a loss or KL of 0."""
+    failed = f"{sel.unusable_groups} with a failed reward" if sel.unusable_groups else ""
+    equal = f"{sel.zero_var_groups} with equal rewards" if sel.zero_var_groups else ""
+    why = "; ".join(p for p in (failed, equal) if p) or "none kept"
+    return {
+        **dict.fromkeys(NO_UPDATE_KEYS),
+        "skipped": 1.0,
+        "skip_reason": f"no update: all {sel.num_groups} groups dropped ({why})",
+    }
 
 
 def _usable(scored: Any) -> list[bool]:

@@ -4,6 +4,7 @@ pass@k and mean@k of k sampled ones."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,9 +38,13 @@ def summarise_eval(
     values: Sequence[float],
     statuses: Sequence[str] | None,
     n_samples: int,
+    usable: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
-    """exact_match (over the pairs that have a target; None when none has), reward_mean, valid_rate
-    (share of status 'ok'; None without statuses), count, and the first `n_samples` examples."""
+    """exact_match (over the pairs that have a target; None when none has), reward_mean (over every
+    item, a failed one counting 0), valid_rate (share of status 'ok'; None without statuses), count,
+    and the first `n_samples` examples; with statuses, `statuses` (items per status); with `usable`
+    (which items carry a reward), `scored` and `reward_mean_scored` over those alone, so a reward
+    that fails is told apart from a policy that does worse."""
     n = len(completions)
     if n == 0:
         raise ValueError("evaluation needs at least one pair")
@@ -55,19 +60,50 @@ def summarise_eval(
         if statuses is not None:
             sample["status"] = statuses[i]
         samples.append(sample)
-    return {
+    out: dict[str, Any] = {
         "exact_match": exact_match(completions, targets),
         "valid_rate": None if statuses is None else sum(s == "ok" for s in statuses) / n,
         "reward_mean": sum(finite) / len(finite) if finite else float("nan"),
         "count": n,
-        "samples": samples,
     }
+    if statuses is not None:
+        out["statuses"] = dict(Counter(statuses).most_common())
+    if usable is not None:
+        kept = [v for v, ok in zip(values, usable, strict=True) if ok and math.isfinite(v)]
+        out["scored"] = len(kept)
+        out["reward_mean_scored"] = sum(kept) / len(kept) if kept else None
+    out["samples"] = samples
+    return out
 
 
 def exact_match(completions: Sequence[str], targets: Sequence[str | None]) -> float | None:
-    """Share of completions equal to their target, over the items that have one (None if none has)."""
+    """Share of completions equal to their target once both are stripped (as the reward strips the
+    completion), over the items that have a target (None if none has)."""
     pairs = [(c, t) for c, t in zip(completions, targets, strict=True) if t is not None]
-    return sum(c == t for c, t in pairs) / len(pairs) if pairs else None
+    return sum(c.strip() == t.strip() for c, t in pairs) / len(pairs) if pairs else None
+
+
+def figures_by_group(
+    keys: Sequence[str],
+    completions: Sequence[str],
+    targets: Sequence[str | None],
+    values: Sequence[float],
+    statuses: Sequence[str] | None,
+) -> dict[str, dict[str, Any]]:
+    """{key: {count, exact_match, valid_rate, reward_mean}} of the items of each key (e.g. game length)."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    out = {}
+    for key, rows in groups.items():
+        finite = [values[i] for i in rows if math.isfinite(values[i])]
+        out[key] = {
+            "count": len(rows),
+            "exact_match": exact_match([completions[i] for i in rows], [targets[i] for i in rows]),
+            "valid_rate": None if statuses is None else sum(statuses[i] == "ok" for i in rows) / len(rows),
+            "reward_mean": sum(finite) / len(finite) if finite else float("nan"),
+        }
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

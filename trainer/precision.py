@@ -1,5 +1,8 @@
 """Numerics of the forward and backward passes: autocast, the fp16 GradScaler, TF32.
 
+- auto: bf16 where the device computes it natively, else fp32 (`resolve_dtype`): on CUDA a GPU
+  with bf16 support; on CPU the AVX512-BF16 or AMX-BF16 instructions (without them bf16 matmuls
+  are emulated and slower than fp32).
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
@@ -9,6 +12,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -16,6 +21,36 @@ from torch import Tensor
 from trainer.config import PrecisionConfig
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (empty where /proc/cpuinfo is not readable)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def resolve_dtype(dtype: str, device: torch.device | str) -> tuple[str, str]:
+    """(the dtype a run computes in, why): `auto` made concrete for `device`; others unchanged."""
+    device = torch.device(device)
+    if dtype != "auto":
+        return dtype, "set in the config"
+    if device.type == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return "bf16", "auto: the GPU supports bf16"
+        return "fp32", "auto: the GPU has no bf16 support"
+    native = sorted(set(NATIVE_BF16_CPU_FLAGS) & cpu_flags())
+    if native:
+        return "bf16", f"auto: the CPU has native bf16 ({', '.join(native)})"
+    return "fp32", "auto: the CPU has no native bf16 (no avx512_bf16 / amx_bf16)"
 
 
 def configure_tf32(cfg: PrecisionConfig, device: torch.device) -> None:
@@ -37,12 +72,13 @@ class Precision:
         self.device = torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"precision: device type must be 'cpu' or 'cuda', got {self.device.type!r}")
-        if cfg.dtype == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        self.dtype, self.reason = resolve_dtype(cfg.dtype, self.device)
+        if self.dtype == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ValueError(
                 "precision.dtype=bf16 needs a GPU with bfloat16 support (compute capability >= 8.0)"
             )
-        self.autocast_dtype = _AUTOCAST_DTYPES.get(cfg.dtype)
-        self.scaler = torch.amp.GradScaler(self.device.type) if cfg.dtype == "fp16" else None
+        self.autocast_dtype = _AUTOCAST_DTYPES.get(self.dtype)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.dtype == "fp16" else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for forward passes (training, sampling, reference); a no-op for fp32."""

@@ -8,9 +8,11 @@ and what happens when it does not finish. The reward itself is configured separa
 from __future__ import annotations
 
 import math
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from actors.pool.node_resources import check_custom_resources, check_label_selector
 from trainer.config import Frozen
 
 # Ray actor names: keep them readable in the dashboard and free of separators Ray treats specially.
@@ -22,6 +24,16 @@ class PoolConfig(Frozen):
 
     num_workers: int = Field(2, ge=1, description="reward worker actors")
     cpus_per_worker: float = Field(0.5, gt=0.0, description="logical CPUs Ray reserves per worker")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each worker takes, e.g. {reward_node: 1}: workers then run only "
+        "on nodes started with that resource (`ray start --resources`)",
+    )
+    label_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ray node labels a worker's node must carry, e.g. {grpo.io/role: reward} "
+        "(`ray start --labels`; values 'v', '!v', 'in(a,b)')",
+    )
     # Measured (service/bench/pool_workload.py, 2 cores): ~1 ms of dispatch per call and ~1 us per item of
     # result encoding; 64-item chunks ran at ~0.5x in-process, 1024-4096 at 1.4-1.56x with 2 workers.
     chunk_size: int = Field(2048, ge=1, description="most items per call")
@@ -32,6 +44,10 @@ class PoolConfig(Frozen):
         2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
     )
     chunk_timeout_s: float = Field(10.0, gt=0.0, description="hard deadline of one call once it is running")
+    placement: Literal["auto", "inline", "pool"] = Field(
+        "auto",
+        description="where a GRPO step's rewards are scored: measured and chosen (auto), in the trainer's process, or on the pool",
+    )
     concurrency_per_worker: int = Field(
         16,
         ge=1,
@@ -58,7 +74,10 @@ class PoolConfig(Frozen):
     collect_timeout_s: float = Field(600.0, gt=0.0, description="longest a collect waits before failing")
     start_timeout_s: float = Field(120.0, gt=0.0, description="longest the workers may take to start")
     restart_timeout_s: float = Field(
-        60.0, gt=0.0, description="longest a killed worker may take to come back"
+        60.0,
+        gt=0.0,
+        description="longest a killed worker may take to come back (on another node when its own is "
+        "gone); the run fails once every worker has been gone this long",
     )
     max_restarts: int = Field(
         -1,
@@ -72,6 +91,16 @@ class PoolConfig(Frozen):
         "reward-worker", pattern=NAME_PATTERN, description="actors are named '<name_prefix>-<i>'"
     )
     namespace: str | None = Field(None, pattern=NAME_PATTERN, description="Ray namespace of the named actors")
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(value, "pool.cpus_per_worker")
+
+    @field_validator("label_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_label_selector(value)
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -131,3 +160,26 @@ def poison_item_bound_s(cfg: PoolConfig, restart_s: float, chunk_len: int | None
     ahead of it on a busy pool adds to this.
     """
     return max_runs_per_item(cfg, chunk_len) * (cfg.chunk_timeout_s + restart_s)
+
+
+def item_deadline_s(cfg: PoolConfig) -> float:
+    """The longest one item of a plain reward may take: alone in a call, it is killed after this."""
+    return cfg.chunk_timeout_s
+
+
+# A call is sized to take at most this share of its deadline at the measured cost per item, so a
+# slow but healthy reward (or an item slower than the ones measured) is never killed.
+CALL_BUDGET_SHARE = 0.25
+
+
+def chunks_for_cost(cfg: PoolConfig, cost_per_item_s: float) -> PoolConfig:
+    """The pool config with chunk sizes cut to what the measured cost per item allows (never raised)."""
+    if cost_per_item_s <= 0:
+        return cfg
+    fits = max(1, math.floor(CALL_BUDGET_SHARE * cfg.chunk_timeout_s / cost_per_item_s))
+    size = min(cfg.chunk_size, fits)
+    if size == cfg.chunk_size:
+        return cfg
+    return PoolConfig.model_validate(
+        {**cfg.model_dump(), "chunk_size": size, "min_chunk_size": min(cfg.min_chunk_size, size)}
+    )

@@ -28,10 +28,19 @@ import ray.train.torch
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
-from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from actors.run.threads import apply_threads
+from trainer.checkpoint import (
+    CheckpointWriteError,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    step_dir_name,
+)
+from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
@@ -57,7 +66,22 @@ class LoopSpec:
     eval_pairs: list[Pair]
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
+    checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
+    torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+    scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
+
+
+def runtime_settings(trainer: Trainer) -> dict[str, Any]:
+    """What this worker computes with, where the config leaves it to the machine."""
+    cfg, compilable = trainer.cfg, compile_unsupported_reason(trainer.device) is None
+    return {
+        "device": str(trainer.device),
+        "precision": trainer.precision.dtype,
+        "precision_reason": trainer.precision.reason,
+        "model_compile": cfg.model.compile and compilable,
+        "sampling_compile": cfg.sampling.compile and compilable,
+    }
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -74,13 +98,17 @@ class WorkerLoop:
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
+        threads = apply_threads(spec.torch_threads, context.get_local_world_size())
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
         self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
+        self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
+        self._placed: PlacedRewards | None = None
         self._last_checkpoint = -1
+        self._last_good: str | None = None  # the newest checkpoint known to be on the storage
         self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
 
     # ------------------------------------------------------------------ main loop
@@ -92,7 +120,10 @@ class WorkerLoop:
             # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
             torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
             step = self.restore()
-            self._publish(START, {"from_step": step if step else None, "world_size": self.world})
+            self._publish(
+                START,
+                {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime},
+            )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")
             data = StepData(self.schedule, self._source(), self.rank, self.world)
@@ -114,6 +145,8 @@ class WorkerLoop:
             self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
+            if self._placed is not None:
+                self._placed.shutdown()
             if self._pool is not None:
                 self._pool.shutdown()  # a front-end only: the driver owns the workers
 
@@ -123,7 +156,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.pool())
+            metrics = self.trainer.grpo_step(pairs, self.rewards())
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
 
@@ -140,6 +173,20 @@ class WorkerLoop:
         if self._pool is None:
             self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id)
         return self._pool
+
+    def rewards(self) -> RewardPool | PlacedRewards:
+        """Where this rank's GRPO rewards are scored: the pool, or in process when that is cheaper."""
+        if self.spec.pool.placement == "pool" or self.spec.scorer is None:
+            return self.pool()
+        if self._placed is None:
+            self._placed = PlacedRewards(
+                self.pool(), self.spec.scorer, self.spec.pool.placement, log=self._say
+            )
+        return self._placed
+
+    def _say(self, line: str) -> None:
+        if self.rank == 0:
+            print(line, flush=True)
 
     def _source(self):
         pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)
@@ -160,6 +207,7 @@ class WorkerLoop:
             lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,
             metrics_fn=self.spec.task.eval_metrics,
+            group_by=getattr(self.spec.task, "eval_group", None),
             # pass@k costs k completions per held-out prompt: at the GRPO start and the end only
             sample_k=self.spec.trainer.grpo.eval_k if kind in ("start", "final") else 0,
         )
@@ -193,17 +241,44 @@ class WorkerLoop:
             return
         self._wait_recorded(step)
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
-        staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
+        staging = None
         try:
+            staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
             path = save_checkpoint(staging, step, self.trainer.state_dict(), extra, keep_last=1)
             ray.train.report(
                 metrics,
                 checkpoint=ray.train.Checkpoint.from_directory(str(path)),
                 checkpoint_dir_name=step_dir_name(step),
             )
+            self._check_persisted(step)
+        except CheckpointWriteError:
+            raise
+        except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]  # one line, even for pyarrow's
+            raise CheckpointWriteError(self._write_failure(step, what)) from exc
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+        self._last_good = step_dir_name(step)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
+
+    def _check_persisted(self, step: int) -> None:
+        """A checkpoint Ray Train accepted must be on the storage, whole: never silently missing."""
+        if self.spec.checkpoint_dir is None:
+            return
+        manifest = Path(self.spec.checkpoint_dir) / step_dir_name(step) / "manifest.json"
+        if not manifest.is_file():
+            raise CheckpointWriteError(self._write_failure(step, f"{manifest} is missing after the write"))
+
+    def _write_failure(self, step: int, what: str) -> str:
+        """One line: which checkpoint, where, why, and what the run does about it."""
+        where = self.spec.checkpoint_dir or "Ray Train's storage"
+        last = self._last_good or "none"
+        return (
+            f"checkpoint {step_dir_name(step)} could not be written to {where} ({what}); the run stops "
+            f"rather than train on without checkpoints; the last good checkpoint is {last}: fix the "
+            "storage, then continue with --resume"
+        )
 
     def _wait_recorded(self, step: int) -> None:
         """Until the driver has written every record published so far: a checkpoint then never
@@ -225,6 +300,7 @@ class WorkerLoop:
             state, extra = load_verified(Path(directory))
         self.trainer.load_state_dict(state)
         self._last_checkpoint = int(extra["step"])
+        self._last_good = step_dir_name(self._last_checkpoint)
         self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
 

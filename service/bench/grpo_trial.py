@@ -13,6 +13,7 @@ cluster the parent started (scoring overlaps the rest of the step).
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -23,6 +24,7 @@ import ray
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.bench.isolated import PeakMemory
@@ -32,6 +34,7 @@ from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards, Rewards
 from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling.logprobs import token_entropy, token_logprobs
 from trainer.sampling.rollout import Rollout, completions_text
 from trainer.sampling.sampler import generate
 
@@ -60,6 +63,27 @@ class PerRowPrefillTrainer(Trainer):
             tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
             rollouts.append(rollout)
         return rollouts, tickets
+
+
+def legacy_completion_logprobs(model, rollout: Rollout, temperature: float, *, entropy: bool = True):
+    """The log-prob pass as it was before it was trimmed (the ablation's rows before the reference):
+    the lm-head and log-softmax over every position, the entropy under autograd, and computed for
+    the reference pass too."""
+    p = rollout.prompt_len
+    logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
+    logits = logits[:, p - 1 :].float() / temperature
+    keep = rollout.completion_mask
+    logp = token_logprobs(logits, rollout.input_ids[:, p:]).masked_fill(~keep, 0.0)
+    return logp, token_entropy(logits).masked_fill(~keep, 0.0)
+
+
+def use_legacy_logprobs() -> None:
+    """Swap the trimmed log-prob pass for the legacy one in this process (trial processes only)."""
+    import trainer.engine
+    import trainer.grpo.update
+
+    trainer.engine.completion_logprobs = legacy_completion_logprobs
+    trainer.grpo.update.completion_logprobs = legacy_completion_logprobs
 
 
 def scorer_rewards(scorer: Scorer):
@@ -161,22 +185,28 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     return total
 
 
-def _open_rewards(kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None) -> tuple[Any, Any]:
-    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster.
+def _open_rewards(
+    kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None, reward: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster, of the
+    reward `reward` (a RewardConfig's fields; default: the bundled FEN reward).
 
     With a gcs_address the process joins the cluster either way, as the service's trainer
     process does, so inline and pool trials carry the same Ray threads.
     """
-    if kind not in ("inline", "pool"):
-        raise ValueError(f"rewards must be 'inline' or 'pool', got {kind!r}")
-    if kind == "pool" and not gcs_address:
-        raise ValueError("rewards='pool' needs the gcs_address of a running Ray cluster")
+    if kind not in ("inline", "pool", "auto"):
+        raise ValueError(f"rewards must be 'inline', 'pool' or 'auto', got {kind!r}")
+    if kind != "inline" and not gcs_address:
+        raise ValueError(f"rewards={kind!r} needs the gcs_address of a running Ray cluster")
     if gcs_address and not ray.is_initialized():
         ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
+    reward_cfg = RewardConfig.model_validate(reward or {})
     if kind == "inline":
-        return InlineRewards(scorer_rewards(Scorer(RewardConfig()))), None
+        return InlineRewards(scorer_rewards(Scorer(reward_cfg))), None
     cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
-    pool = RewardPool.create(RewardConfig(), cfg, run_id="bench")
+    pool = RewardPool.create(reward_cfg, cfg, run_id="bench")
+    if kind == "auto":  # pool.placement=auto, as the service runs it
+        return PlacedRewards(pool, Scorer(reward_cfg), "auto", log=lambda line: None), pool
     return pool, pool
 
 
@@ -215,15 +245,22 @@ def run_trial(
     init_weights: str | None = None,
     pool_cfg: dict[str, Any] | None = None,
     gcs_address: str | None = None,
+    legacy_logprobs: bool = False,
+    reward: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory."""
+    """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
+
+    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
+    """
     if device == "cpu":
         torch.set_num_threads(threads)
+    if legacy_logprobs:
+        use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)
     trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
-    source, pool = _open_rewards(rewards, pool_cfg, gcs_address)
+    source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)
     timed = TimedRewards(source)
     rollouts = RolloutLog(trainer)
     n = cfg.grpo.prompts_per_step
@@ -251,7 +288,12 @@ def run_trial(
     finally:
         if pool is not None:
             pool.shutdown()
-    return {**summarise_steps(records), **peak}
+    runtime = {
+        "precision": trainer.precision.dtype,
+        "torch_threads": torch.get_num_threads(),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    return {**summarise_steps(records), **peak, "runtime": runtime}
 
 
 def summarise_steps(records: list[dict[str, float]]) -> dict[str, Any]:
@@ -265,6 +307,7 @@ def merge_trials(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs of one configuration as one: medians over all their steps, the largest peak."""
     merged = summarise_steps([r for t in trials for r in t["steps"]])
     merged.update(peak_mb=max(t["peak_mb"] for t in trials), method=trials[0]["method"], runs=len(trials))
+    merged["runtime"] = trials[0].get("runtime")
     return merged
 
 

@@ -77,10 +77,16 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-def run_isolated(target: str, kwargs: dict[str, Any], timeout_s: float = 900.0) -> dict[str, Any]:
-    """`target(**kwargs)` ('package.module:function') in a fresh interpreter; returns its dict."""
+def run_isolated(
+    target: str, kwargs: dict[str, Any], timeout_s: float = 900.0, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`target(**kwargs)` ('package.module:function') in a fresh interpreter; returns its dict.
+
+    env: variables set in the child on top of this process's (read before torch loads, such as
+    OpenMP's wait policy).
+    """
     _resolve(target)  # a typo fails here, with a plain ImportError/AttributeError
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.run(

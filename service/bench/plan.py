@@ -9,10 +9,11 @@ from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
 from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
+from service.bench.reward_cost import RewardCostPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost")
 OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
@@ -29,7 +30,8 @@ class BenchPlan:
     train_step: TrainStepPlan
     grpo: GRPOPlan
     hf: HFPlan = HFPlan()
-    peer: PeerPlan = PeerPlan()
+    peer: PeerPlan = field(default_factory=PeerPlan)
+    reward_cost: RewardCostPlan = field(default_factory=RewardCostPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -48,7 +50,15 @@ def quick_plan() -> BenchPlan:
         reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=5, dispatch_calls=50),
         sampling=SamplingPlan(repeats=3),
         train_step=TrainStepPlan(steps=5, warmup=2),
-        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False),
+        grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False, unshipped_rows=False),
+        peer=PeerPlan(rounds=1, peer_steps=4),
+        reward_cost=RewardCostPlan(
+            worker_counts=(1, 2),
+            repeats=1,
+            inline_wait_items=16,
+            grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
+            grpo_steps=2,
+        ),
     )
 
 
@@ -61,4 +71,5 @@ def full_plan() -> BenchPlan:
         train_step=TrainStepPlan(steps=10, warmup=3, rounds=2),
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
         hf=HFPlan(steps=6, warmup=2),
+        peer=PeerPlan(rounds=3, peer_steps=12),
     )

@@ -9,15 +9,22 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 from urllib.parse import urlsplit
 
 from service.client._follow import follow
-from service.client._jobs import JobsApi, translate_errors
 from service.client.auth import Token, resolve_token
 from service.client.errors import ClientError, RunTimeout, UnknownRun
 from service.client.states import RunInfo, RunState, RunStatus, status_from_job, timestamp
-from service.client.submission import SERVICE_TAG, build_submission, check_entrypoint_resources
+from service.client.submission import (
+    SERVICE_TAG,
+    build_submission,
+    check_entrypoint_resources,
+    resume_submission,
+)
+
+if TYPE_CHECKING:
+    from service.client._jobs import JobsApi
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 MAX_POLL_S = 10.0  # wait() backs off to at most this interval between polls
@@ -58,10 +65,14 @@ class TrainingClient:
         return f"TrainingClient({self.address!r}, token from {origin})"
 
     def _errors(self, run_id: str | None = None):
+        from service.client._jobs import translate_errors  # Ray loads only once a request is made
+
         return translate_errors(self.address, self._token, run_id)
 
     def _api(self) -> JobsApi:
         if self._jobs is None:
+            from service.client._jobs import JobsApi
+
             with self._errors():
                 self._jobs = JobsApi(self.address, token=self._token, timeout_s=self.timeout_s)
         return self._jobs
@@ -119,6 +130,46 @@ class TrainingClient:
             if "already exists" in str(error.__cause__) and self._existing_run(submission.run_id):
                 return submission.run_id
             raise
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        overrides: Sequence[str] = (),
+        config_file: str | os.PathLike | None = None,
+        run_dir: str | os.PathLike | None = None,
+        working_dir: str | os.PathLike | None = ".",
+        env_vars: Mapping[str, str] | None = None,
+        entrypoint_num_cpus: float | None = None,
+        entrypoint_num_gpus: float | None = None,
+    ) -> str:
+        """Continue a stopped or failed run from its latest checkpoint, as a new job; returns its id
+        (`<run_id>.resume<n>`: watch that one). The run must have ended; `overrides` go on top of its
+        saved config (e.g. `grpo.steps=200`). The run directory must be where the run left it: the
+        same `run_dir` / `run.storage_path`, on storage the new job sees."""
+        check_entrypoint_resources(num_cpus=entrypoint_num_cpus, num_gpus=entrypoint_num_gpus)
+        if not self._existing_run(run_id):
+            raise UnknownRun(run_id, self.address)
+        state = self.status(run_id).state
+        if not state.is_terminal():
+            raise ClientError(f"run {run_id!r} is still {state.value} on {self.address}: stop it before resuming")
+        api = self._api()
+        with self._errors():
+            taken = {job.submission_id for job in api.list_jobs()}
+        job_id = next(f"{run_id}.resume{n}" for n in range(1, len(taken) + 2) if f"{run_id}.resume{n}" not in taken)
+        submission = resume_submission(
+            run_id=run_id, job_id=job_id, overrides=overrides, config_file=config_file,
+            run_dir=run_dir, working_dir=working_dir, env_vars=env_vars,
+        )  # fmt: skip
+        with self._errors():
+            return api.submit_job(
+                entrypoint=submission.entrypoint,
+                submission_id=submission.run_id,
+                runtime_env=submission.runtime_env,
+                metadata=submission.metadata,
+                entrypoint_num_cpus=entrypoint_num_cpus,
+                entrypoint_num_gpus=entrypoint_num_gpus,
+            )
 
     def _existing_run(self, run_id: str) -> bool:
         """True if `run_id` is one of this service's runs; raises if a foreign job holds the id."""

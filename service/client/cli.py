@@ -72,6 +72,10 @@ def _add_submit(commands: argparse._SubParsersAction, common: argparse.ArgumentP
     submit.add_argument("--config", dest="config_file", help="YAML config inside the working dir")
     submit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     submit.add_argument("--run-id", help="choose the run id (submitting it again returns the same run)")
+    submit.add_argument(
+        "--resume", metavar="RUN_ID",
+        help="continue this stopped or failed run from its latest checkpoint, as a new job (its id is printed)",
+    )  # fmt: skip
     submit.add_argument("--run-dir", help="run directory on the cluster (default: the trainer's)")
     submit.add_argument("--working-dir", default=".", help="code to upload (default: current directory)")
     submit.add_argument("--no-upload", action="store_true", help="upload nothing: the cluster has the code")
@@ -128,7 +132,26 @@ def _print_final(args: argparse.Namespace, status: RunStatus) -> int:
     return EXIT_OK if status.state is RunState.SUCCEEDED else EXIT_RUN_NOT_SUCCEEDED
 
 
+def _resume(client: TrainingClient, args: argparse.Namespace) -> int:
+    if args.preset or args.run_id:
+        raise ValueError("--resume: --preset and --run-id are not allowed; the run's saved config is the base")
+    job_id = client.resume(
+        args.resume,
+        overrides=args.overrides,
+        config_file=args.config_file,
+        run_dir=args.run_dir,
+        working_dir=None if args.no_upload else args.working_dir,
+        env_vars=dict(args.env),
+        entrypoint_num_cpus=args.num_cpus,
+        entrypoint_num_gpus=args.num_gpus,
+    )
+    _print(args, {"run_id": job_id, "resumes": args.resume, "address": client.address}, job_id)
+    return EXIT_OK
+
+
 def _submit(client: TrainingClient, args: argparse.Namespace) -> int:
+    if args.resume:
+        return _resume(client, args)
     run_id = client.submit(
         preset=args.preset,
         config_file=args.config_file,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.config import RUN_ID_PATTERN, load_config, parse_override
+from service.client.checks import modules_to_ship, preflight_here
+from service.config import RUN_ID_PATTERN, ServiceConfig, load_config, parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
 
 SERVICE_TAG = "grpo-service"  # metadata["service"] of every run this client submits
@@ -91,12 +92,12 @@ def check_entrypoint_resources(*, num_cpus: float | None, num_gpus: float | None
             raise ValueError(f"{name} must be a number >= 0, got {amount!r}")
 
 
-def check_config(preset: str | None, local_config: Path | None, overrides: Sequence[str]) -> None:
+def check_config(preset: str | None, local_config: Path | None, overrides: Sequence[str]) -> ServiceConfig:
     """Resolve the run's config as the driver will, so a bad one fails here (ConfigError, a ValueError)."""
     if preset is not None and preset not in PRESETS:
         allowed = ", ".join(repr(name) for name in PRESETS)
         raise ValueError(f"preset {preset!r} is not allowed; expected one of {allowed}")
-    load_config(
+    return load_config(
         preset or DEFAULT_PRESET,
         config_file=str(local_config) if local_config is not None else None,
         overrides=overrides,
@@ -152,7 +153,9 @@ def _working_dir(working_dir: str | os.PathLike | None) -> Path | None:
     return path
 
 
-def runtime_env(working_dir: Path | None, env_vars: Mapping[str, str] | None) -> dict[str, Any]:
+def runtime_env(
+    working_dir: Path | None, env_vars: Mapping[str, str] | None, py_modules: Sequence[str] = ()
+) -> dict[str, Any]:
     env = {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S), "PYTHONUNBUFFERED": "1"}
     for key, value in (env_vars or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -161,6 +164,8 @@ def runtime_env(working_dir: Path | None, env_vars: Mapping[str, str] | None) ->
     out: dict[str, Any] = {"env_vars": env}
     if working_dir is not None:
         out |= {"working_dir": str(working_dir), "excludes": list(UPLOAD_EXCLUDES)}
+    if py_modules:
+        out["py_modules"] = list(py_modules)
     return out
 
 
@@ -180,8 +185,11 @@ def build_submission(
         _config_paths(config_file, upload) if config_file is not None else (None, None)
     )
     checked = check_overrides(overrides)
+    py_modules: list[str] = []
     if config_file is None or local_config is not None:
-        check_config(preset, local_config, [*checked, f"{RUN_NAME_KEY}={run_id}"])
+        cfg = check_config(preset, local_config, [*checked, f"{RUN_NAME_KEY}={run_id}"])
+        preflight_here(cfg, upload)
+        py_modules = modules_to_ship(cfg, upload)
     entrypoint = entrypoint_command(
         run_id=run_id,
         preset=preset,
@@ -192,4 +200,31 @@ def build_submission(
     metadata = {"service": SERVICE_TAG, "run_id": run_id, "preset": preset or DEFAULT_PRESET}
     if config_path is not None:
         metadata["config_file"] = config_path
-    return Submission(run_id, entrypoint, runtime_env(upload, env_vars), metadata)
+    return Submission(run_id, entrypoint, runtime_env(upload, env_vars, py_modules), metadata)
+
+
+def resume_submission(
+    *,
+    run_id: str,
+    job_id: str,
+    overrides: Sequence[str],
+    config_file: str | os.PathLike | None,
+    run_dir: str | os.PathLike | None,
+    working_dir: str | os.PathLike | None,
+    env_vars: Mapping[str, str] | None,
+) -> Submission:
+    """A job continuing run `run_id` from its latest checkpoint: `python -m service.train --resume`
+    with the run's name (or `run_dir`), under a job id of its own (`job_id`). The run's saved
+    config is on the cluster, so only the overrides are checked here; the driver checks the rest."""
+    check_run_id(run_id)
+    upload = _working_dir(working_dir)
+    config_path = _config_paths(config_file, upload)[1] if config_file is not None else None
+    checked = check_overrides(overrides)
+    argv = shlex.split(
+        entrypoint_command(run_id=run_id, preset=None, config_path=config_path, overrides=checked,
+                           run_dir=str(run_dir) if run_dir is not None else None)
+    )  # fmt: skip
+    argv.insert(3, "--resume")  # after `python -m service.train`
+    metadata = {"service": SERVICE_TAG, "run_id": job_id, "resumes": run_id, "preset": "resume"}
+    return Submission(job_id, shlex.join(argv), runtime_env(upload, env_vars), metadata)
+

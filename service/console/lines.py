@@ -42,6 +42,8 @@ def step_fields(progress: Mapping[str, Any]) -> str:
         parts.append(f"reward {number(progress.get('reward_mean'), 3)}")
         parts.append(f"kl {number(progress.get('kl'))}")
     parts.append(f"{number(progress.get('step_time_s'), 2)} s/step")
+    if progress.get("skip_reason"):
+        parts.append(f"skipped: {progress['skip_reason']}")
     return "  ".join(parts)
 
 
@@ -100,6 +102,11 @@ def summary_lines(summary: Mapping[str, Any], reports: list[str]) -> list[str]:
     if summary.get("error"):
         head += f"; {summary['error']}"
     lines = [head]
+    if summary.get("reward_failed_groups") or summary.get("skipped_steps"):
+        lines.append(
+            f"{TRAIN_TAG} rewards failed in {summary.get('reward_failed_groups', 0)} of {summary.get('groups', 0)} "
+            f"GRPO groups (dropped from the loss); {summary.get('skipped_steps', 0)} steps without an update"
+        )
     held_out = _held_out(summary)
     if held_out:
         lines.append(f"{TRAIN_TAG} {held_out}")

@@ -61,8 +61,6 @@ def _draw_loss(ax, metrics) -> None:
     steps, loss = _series(metrics, "loss", "sft")
     if steps:
         ax.plot(steps, loss, color="tab:green", lw=1, label="SFT cross-entropy")
-        if min(loss) > 0:
-            ax.set_yscale("log")
     g_steps, g_loss = _series(metrics, "loss", "grpo")
     if g_steps:
         twin = ax.twinx()
@@ -85,11 +83,20 @@ def _draw_kl(ax, metrics) -> None:
     _legend(ax, fontsize=7, loc="upper left")
 
 
+# Held-out figures: exact match is drawn last, dashed, with hollow squares, so it stays visible
+# where it equals the valid rate (an exact FEN is a valid one).
+_EVAL_STYLES = (
+    ("valid_rate", {"color": "tab:green", "marker": "o", "ls": "-"}),
+    ("reward_mean", {"color": "tab:blue", "marker": "o", "ls": "-"}),
+    ("exact_match", {"color": "tab:red", "marker": "s", "ls": "--", "mfc": "none", "ms": 8, "lw": 1.5}),
+)
+
+
 def _draw_eval(ax, evals) -> None:
-    for key, color in (("exact_match", "tab:red"), ("valid_rate", "tab:green"), ("reward_mean", "tab:blue")):
+    for key, style in _EVAL_STYLES:
         steps, values = _series(evals, key)
         if steps:
-            ax.plot(steps, values, "o-", color=color, label=key)
+            ax.plot(steps, values, label=key, **style)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("held-out evaluation")
     _legend(ax, fontsize=7)
@@ -101,6 +108,7 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
     run_dir = Path(run_dir)
     metrics, evals = read_jsonl(run_dir / METRICS_FILE), read_jsonl(run_dir / EVAL_FILE)
@@ -111,6 +119,9 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
     _draw_eval(axes[1][1], evals)
     draw_step_time(axes[2][0], metrics)
     draw_step_share(axes[2][1], metrics)
+    for ax in fig.axes:  # twins included: steps are whole numbers, values plain (no offset or 1e-x)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
     for ax in axes.flat:
         ax.set_xlabel("global step (SFT, then GRPO)")
         ax.grid(alpha=0.3)

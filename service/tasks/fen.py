@@ -1,21 +1,33 @@
 """The FEN task: a SAN move list from the standard start -> the FEN of the resulting position.
 
-Training pairs are generated games (or a PGN / JSONL file); the held-out set is generated from
-positions training never sees; the reward is FEN validity + Levenshtein similarity + exact match
-(`rewards.score`), plus any user rewards.
+Training pairs are generated games (or a PGN / JSONL file, its targets in python-chess's
+spelling); the held-out set comes from the same source, from positions training never sees, with
+training's mix of game lengths, and its figures are reported by length (`by_plies`); the reward is
+FEN validity + Levenshtein similarity + exact match (`rewards.score`), plus any user rewards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from rewards import RewardConfig, Scorer, build_scorer
+from service.preflight.data import FitLimits, check_generated_games, check_records
 from service.tasks.base import Task, check_reward_fields
 from trainer.config import DataConfig
-from trainer.data.chess_games import CHESS_ALPHABET, GameStream, eval_pairs, is_held_out, load_pgn
-from trainer.data.pairs import DataFileError, Pair, file_stream, load_jsonl
+from trainer.data.chess_games import (
+    CHESS_ALPHABET,
+    GameStream,
+    canonical_fen,
+    eval_pairs,
+    eval_pairs_from,
+    is_held_out,
+    load_pgn,
+)
+from trainer.data.held_out import plies_of
+from trainer.data.pairs import DataFileError, LoadReport, Pair, file_stream, load_jsonl
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
@@ -26,33 +38,80 @@ class FenTask(Task):
     name = "fen"
     data: DataConfig
     reward: RewardConfig
+    limits: FitLimits | None = None  # what every record must fit (checked in the driver)
 
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> FenTask:
-        """The task; refuses a user reward that does not resolve or takes more than completion and target."""
+        """The task; refuses a user reward that does not resolve or takes more than completion and
+        target, and generated games whose longest prompt cannot fit."""
         check_reward_fields(
             build_scorer(cfg.reward),
             lambda name: None if name == "target" else "the fen task's items (completion and target only)",
         )
-        return cls(data=cfg.data, reward=cfg.reward)
+        limits = FitLimits.of(cfg)
+        check_generated_games(cfg.data.max_plies, limits)
+        return cls(data=cfg.data, reward=cfg.reward, limits=limits)
 
     @property
     def alphabet(self) -> str:
         return CHESS_ALPHABET
 
+    @property
+    def eval_group(self):
+        """Held-out figures by game length: `by_plies` in each evaluation record."""
+        return ("plies", lambda prompt: str(plies_of(prompt)))
+
     def eval_pairs(self) -> list[Pair]:
         d = self.data
-        return eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+        if d.source == "generated":
+            pairs = eval_pairs(d.eval_size, d.eval_seed, d.min_plies, d.max_plies, d.natural)
+        else:
+            try:
+                pairs = eval_pairs_from(self._file.pairs, d.eval_size, d.eval_seed)
+            except ValueError as exc:
+                raise ValueError(f"{d.path}: {exc}") from None
+        if self.limits is not None:  # the held-out positions must fit as the training ones do
+            located = ((f"held-out position {i}", p.prompt, p.target) for i, p in enumerate(pairs))
+            check_records(
+                "model.block_size", located, self.limits, CHESS_ALPHABET, train=d.source == "generated"
+            )
+        return pairs
+
+    def __getstate__(self) -> dict:
+        """Pickled (to the workers) without the file's pairs: those travel once, by the object store."""
+        state = dict(self.__dict__)
+        state.pop("_file", None)
+        return state
+
+    @cached_property
+    def _file(self) -> LoadReport:
+        """The data file's pairs, targets canonicalised; a target python-chess cannot read is a bad record."""
+        d = self.data
+        try:
+            report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
+        except DataFileError as exc:  # the file cannot be read at all
+            raise ValueError(f"data.path: {exc}") from None
+        pairs, where, errors = [], [], list(report.errors)
+        for w, pair in zip(report.where or [""] * len(report.pairs), report.pairs, strict=True):
+            try:
+                pairs.append(Pair(pair.prompt, canonical_fen(pair.target)))
+                where.append(w)
+            except ValueError as exc:
+                errors.append(
+                    f"{w or d.path}: target {pair.target[:60]!r} is not a FEN python-chess reads ({exc})"
+                )
+        return LoadReport(pairs, report.skipped + len(report.pairs) - len(pairs), errors, tuple(where))
 
     def training_pairs(self, log: Callable[[str], None]) -> list[Pair] | None:
         d = self.data
         if d.source == "generated":
             return None
-        try:
-            report = load_pgn(d.path, d.min_plies, d.max_plies) if d.source == "pgn" else load_jsonl(d.path)
-        except DataFileError as exc:  # the file cannot be read at all
-            raise ValueError(f"data.path: {exc}") from None
-        pairs = [p for p in report.pairs if not is_held_out(p.target)]
+        report = self._file
+        kept = [(w, p) for w, p in zip(report.where, report.pairs, strict=True) if not is_held_out(p.target)]
+        if self.limits is not None:
+            located = ((w, p.prompt, p.target) for w, p in kept)
+            check_records("data.path", located, self.limits, CHESS_ALPHABET, train=True)
+        pairs = [p for _, p in kept]
         if report.skipped:
             log(f"[data] {d.path}: skipped {report.skipped} bad records; first: {report.errors[0]}")
         if not pairs:

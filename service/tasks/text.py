@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rewards import Scorer, UserRewardScorer
+from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task, check_reward_fields
 from trainer.data.pairs import DataFileError, FieldPair, file_stream
 from trainer.data.text_rows import TextRow, load_text_rows, split_held_out, without_prompts
@@ -94,6 +95,10 @@ class TextTask(Task):
             f"[data] {t.path}: {len(train)} training rows ({left_out} left out as held-out prompts); {where}"
         ]
         _check_sft_targets(cfg, train)
+        limits = FitLimits.of(cfg)  # the alphabet is the data's own: every row encodes; it must fit
+        check_records("task.path", ((r.where, r.prompt, r.target) for r in train), limits, None, train=True)
+        held_key = "task.eval_path" if t.eval_path else "task.path"
+        check_records(held_key, ((r.where, r.prompt, r.target) for r in held), limits, None, train=False)
         take = _fields_taken(scorer, [*train, *held])
         data = TextData([_pair(r, take) for r in train], [_pair(r, take) for r in held], scorer, notes)
         chars = {c for r in (*train, *held) for c in r.prompt + (r.target or "")}

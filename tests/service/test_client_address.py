@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from ray_head import RayHead
 from test_client_cli import closed_port_address
 
-from service.client import ConnectionFailed, TrainingClient
+from service.client import ConnectionFailed, TrainingClient, UnknownRun
 from service.client._jobs import JobsApi
 from service.client.auth import resolve_token
 from service.client.cli import main
@@ -30,11 +31,19 @@ def live_run(ray_token_head: RayHead) -> Iterator[RayHead]:
         for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
             mp.delenv(name, raising=False)
         api = JobsApi(ray_token_head.address, token=resolve_token(ray_token_head.token), timeout_s=30)
-        api.submit_job(
-            entrypoint="echo address-check-output",
-            submission_id=RUN_ID,
-            metadata={"service": SERVICE_TAG, "run_id": RUN_ID, "preset": "smoke"},
-        )
+        deadline = time.monotonic() + 120
+        while True:  # a fresh head's job agent may take a while to come up on a loaded machine
+            try:
+                api.submit_job(
+                    entrypoint="echo address-check-output",
+                    submission_id=RUN_ID,
+                    metadata={"service": SERVICE_TAG, "run_id": RUN_ID, "preset": "smoke"},
+                )
+                break
+            except RuntimeError as error:
+                if "No available agent" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
     yield ray_token_head
 
 
@@ -123,3 +132,20 @@ def test_a_server_that_is_not_ray_is_one_line(html: bool, capsys):
             TrainingClient(address, timeout_s=5).list()
     finally:
         server.shutdown()
+
+
+def test_resume_submits_a_new_job_that_continues_the_run(live_run: RayHead, dead_env: str):
+    client = TrainingClient(live_run.address, token=live_run.token)
+    with pytest.raises(UnknownRun):
+        client.resume("no-such-run", working_dir=REPO)
+    # RUN_ID has ended; its resume is a new job running the trainer with --resume and the run's name.
+    job_id = client.resume(RUN_ID, overrides=["grpo.steps=9"], working_dir=REPO)
+    assert job_id == f"{RUN_ID}.resume1"
+    final = client.wait(job_id, timeout_s=300, poll_s=1)
+    info = JobsApi(live_run.address, token=resolve_token(live_run.token), timeout_s=30).get_job_info(job_id)
+    assert info.entrypoint.startswith("python -m service.train --resume --set grpo.steps=9 --set run.name=")
+    assert info.metadata["resumes"] == RUN_ID and info.metadata["service"] == SERVICE_TAG
+    # That run never wrote a directory here: the trainer itself refuses, exit 2, in one line.
+    assert final.state.value == "FAILED"
+    assert "--resume:" in client.logs(job_id) and "holds no config.yaml" in client.logs(job_id)
+    assert client.resume(RUN_ID, working_dir=REPO) == f"{RUN_ID}.resume2"

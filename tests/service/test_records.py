@@ -135,3 +135,21 @@ def test_report_png_is_drawn_from_the_records(tmp_path):
 
 def test_report_of_an_empty_run_still_draws(tmp_path):
     assert write_report(tmp_path).exists()
+
+
+def test_the_summary_and_its_last_lines_count_groups_dropped_for_reward_failures(tmp_path):
+    out = io.StringIO()
+    rec = _recorder(tmp_path, out)
+    rec.handle(START, {"from_step": None, "world_size": 1})
+    rec.handle(STEP, _step(1, "sft"))
+    rec.handle(STEP, _step(2, "sft"))
+    rec.handle(STEP, _step(3, "grpo", groups=4.0, unusable_groups=3.0, reward_mean=0.4))
+    skipped = {"groups": 4.0, "unusable_groups": 4.0, "skip_reason": "no update: all 4 groups dropped"}
+    rec.handle(STEP, {**_step(4, "grpo", **skipped), "loss": None, "reward_mean": None})
+    rec.handle(STEP, _step(5, "grpo", groups=4.0, unusable_groups=0.0, reward_mean=0.5))
+    summary = rec.finish("succeeded")
+    assert (summary["reward_failed_groups"], summary["groups"], summary["skipped_steps"]) == (7, 12, 1)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["reward_failed_groups"] == 7
+    assert "rewards failed in 7 of 12 GRPO groups (dropped from the loss); 1 steps without an update" in out.getvalue()
+    assert "skipped: no update: all 4 groups dropped" in out.getvalue()

@@ -39,3 +39,37 @@ def test_a_task_travels_to_ray_train_workers_by_pickle():
     task = build_task(load_config("demo"))
     again = pickle.loads(pickle.dumps(task))
     assert again == task and again.train_stream(None)(5) == task.train_stream(None)(5)
+
+
+def test_a_jsonl_file_gives_canonical_targets_and_its_own_held_out_set(tmp_path):
+    import json
+
+    import chess
+
+    from trainer.data.chess_games import eval_pairs, generate_pairs, is_held_out
+
+    lines, respelled = [], 0
+    for pair in generate_pairs(200, 0, 1, 4) + eval_pairs(12, 77, 1, 4):
+        board = chess.Board()
+        for san in pair.prompt.split():
+            board.push_san(san)
+        fen = pair.target
+        if board.ep_square is not None and fen.split()[3] == "-":  # python-chess omits an idle ep square
+            fen = fen.replace(" - ", f" {chess.square_name(board.ep_square)} ", 1)  # another tool writes it
+            respelled += 1
+        lines.append(json.dumps({"prompt": pair.prompt, "target": fen + "  "}))
+    assert respelled > 10
+    lines.append(json.dumps({"prompt": "e4", "target": "not a fen"}))
+    path = tmp_path / "games.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = load_config("smoke", None, ["data.source=jsonl", f"data.path={path}", "data.eval_size=8"])
+    task = build_task(cfg)
+    logs = []
+    train = task.training_pairs(logs.append)
+    held = task.eval_pairs()
+    assert all(p.target == chess.Board(p.target).fen() for p in train + held)  # canonical spelling
+    assert held and all(is_held_out(p.target) for p in held)
+    assert not {p.target for p in held} & {p.target for p in train}
+    assert "skipped 1 bad records" in logs[0] and "not a FEN" in logs[0]
+    assert pickle.loads(pickle.dumps(task)).eval_pairs() == held
+    assert task.eval_group[0] == "plies" and task.eval_group[1]("e4 e5") == "2"

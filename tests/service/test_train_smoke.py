@@ -60,6 +60,10 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["name"] == "smoke-test" and config["run"]["run_dir"] == str(run_dir)
     total = config["sft"]["steps"] + config["grpo"]["steps"]
+    assert config["precision"]["dtype"] == "auto"
+    runtime = json.loads((run_dir / "runtime.json").read_text())  # what "auto" and the defaults became
+    assert runtime["precision"] in ("fp32", "bf16") and runtime["precision_reason"].startswith("auto")
+    assert runtime["torch_threads"] >= 1 and runtime["OMP_WAIT_POLICY"] == "PASSIVE"
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, total + 1))  # one global counter
@@ -157,14 +161,14 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_p
 
 def test_a_failing_worker_ends_the_run_failed_with_its_reason(tmp_path):
     run_dir = tmp_path / "failed"
-    # Every pair needs more positions than this: the first SFT step raises in the Ray Train worker.
-    result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", "model.block_size=32")
+    # The reward passes the preflight (targets score) but raises on every sampled completion: the
+    # first GRPO step's collect passes pool.error_rate_threshold and raises in the worker.
+    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:raises_unless_exact'}]"
+    result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", reward)
     logs = result.stdout + result.stderr
     assert result.returncode == 1, logs[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == 0
-    assert (
-        summary["error"].startswith("ValueError: pair 0 needs") and "model.block_size=32" in summary["error"]
-    )
+    assert summary["status"] == "failed" and summary["steps"] == 6  # the SFT steps
+    assert "pool.error_rate_threshold" in summary["error"], summary["error"]
     assert last_record(logs, SUMMARY_PREFIX)["error"] == summary["error"]
     assert (run_dir / "report.png").exists() and (run_dir / "config.yaml").exists()

@@ -46,3 +46,19 @@ def test_sampled_figures_per_prompt_and_over_usable_rewards():
     assert nothing["pass_at_k"] == 0.0 and math.isnan(nothing["mean_at_k"])
     with pytest.raises(ValueError, match="whole groups of 4"):
         sampled_figures(values[:6], usable[:6], n=4, k=4, pass_reward=1.0)
+
+
+def test_exact_match_strips_as_the_reward_does():
+    assert exact_match(["  abc\n", "abd", "x"], ["abc", "abc", None]) == 0.5
+
+
+def test_figures_by_group():
+    from trainer.evaluation import figures_by_group
+
+    got = figures_by_group(
+        ["1", "2", "2"], ["a ", "b", "c"], ["a", "b", "x"], [1.0, 0.5, float("nan")], ["ok", "ok", "invalid"]
+    )
+    assert got == {
+        "1": {"count": 1, "exact_match": 1.0, "valid_rate": 1.0, "reward_mean": 1.0},
+        "2": {"count": 2, "exact_match": 0.5, "valid_rate": 0.5, "reward_mean": 0.5},
+    }

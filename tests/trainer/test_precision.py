@@ -65,3 +65,17 @@ def test_trainer_steps_in_reduced_precision_keep_fp32_master_weights(dtype):
     assert all(p.dtype == torch.float32 for p in low.model.parameters())
     assert mlow == pytest.approx(m32, rel=2e-2)
     assert sum(low.sft_step(pairs)["skipped"] for _ in range(2)) == 0
+
+
+def test_auto_dtype_follows_the_hardware(monkeypatch):
+    from trainer import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    assert precision.resolve_dtype("auto", "cpu")[0] == "bf16"
+    assert Precision(PrecisionConfig(), "cpu").autocast_dtype == torch.bfloat16
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    dtype, reason = precision.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "no native bf16" in reason
+    assert Precision(PrecisionConfig(), "cpu").autocast_dtype is None
+    assert precision.resolve_dtype("bf16", "cpu") == ("bf16", "set in the config")
+    assert PrecisionConfig().dtype == "auto"

@@ -27,6 +27,7 @@ from pathlib import Path
 import chess
 import chess.pgn
 
+from trainer.data.held_out import fill_by_length, length_quotas, plies_of
 from trainer.data.pairs import DataFileError, LoadReport, Pair, RecordErrors
 
 # Characters of SAN move lists: squares, pieces, capture, check, mate, promotion, castling, spaces.
@@ -170,6 +171,28 @@ def generate_pairs(
     return list(itertools.islice(iter_pairs(seed, min_plies, max_plies, natural, start), n))
 
 
+def canonical_fen(fen: str) -> str:
+    """python-chess's spelling of a FEN (`chess.Board(fen).fen()`): a target written by another tool
+    (an en-passant square python-chess omits, extra spaces) compares with what the policy learns."""
+    return chess.Board(fen.strip()).fen()
+
+
+def _eval_games(eval_seed: int, plies: int, natural: bool, patience: int) -> Iterator[Pair]:
+    """Distinct held-out pairs of games of exactly `plies` plies; ends after `patience` misses in a row."""
+    seen: set[str] = set()
+    misses = 0
+    for index in itertools.count():
+        pair = _random_game(_rng("eval", eval_seed, plies, index), plies, plies, natural)
+        if pair is None or not is_held_out(pair.target) or position_key(pair.target) in seen:
+            misses += 1
+            if misses > patience:
+                return
+            continue
+        seen.add(position_key(pair.target))
+        misses = 0
+        yield pair
+
+
 def eval_pairs(
     n: int,
     eval_seed: int,
@@ -179,30 +202,52 @@ def eval_pairs(
     *,
     patience: int = EVAL_PATIENCE,
 ) -> list[Pair]:
-    """`n` held-out pairs with distinct positions; the first m of n are `eval_pairs(m, ...)`.
+    """`n` held-out pairs with distinct positions, with training's mix of lengths (uniform over
+    [min_plies, max_plies]; `trainer.data.held_out`), deterministic for a given eval_seed.
 
-    Raises ValueError when `patience` games in a row bring no new held-out position (the ply
-    range holds too few of them, e.g. 1-ply games reach only 20 positions).
+    Raises ValueError when the range holds fewer than n distinct held-out positions that
+    `patience` games in a row can find (e.g. 1-ply games reach only 20 positions).
     """
     _check_args(min_plies, max_plies, n=n, eval_seed=eval_seed, patience=patience)
-    pairs: list[Pair] = []
-    seen: set[str] = set()
-    index = misses = 0
-    while len(pairs) < n:
-        pair = _random_game(_rng("eval", eval_seed, index), min_plies, max_plies, natural)
-        index += 1
-        if pair is None or not is_held_out(pair.target) or position_key(pair.target) in seen:
-            misses += 1
-            if misses > patience:
-                raise ValueError(
-                    f"found only {len(pairs)} of {n} distinct held-out positions with plies in "
-                    f"[{min_plies}, {max_plies}] after {index} games; widen the ply range or ask for fewer"
-                )
-            continue
-        seen.add(position_key(pair.target))
-        pairs.append(pair)
-        misses = 0
+    lengths = range(min_plies, max_plies + 1)
+    quotas = length_quotas(n, dict.fromkeys(lengths, 1.0))
+    # a length that has run out of new positions is given up after misses in proportion to what it
+    # was asked for (1-ply games hold about one held-out position: no need for `patience` misses)
+    pairs = fill_by_length(
+        quotas, lambda plies, want: _eval_games(eval_seed, plies, natural, min(patience, 20 * want + 200))
+    )
+    if len(pairs) < n:
+        raise ValueError(
+            f"found only {len(pairs)} of {n} distinct held-out positions with plies in "
+            f"[{min_plies}, {max_plies}]; widen the ply range or ask for fewer"
+        )
     return pairs
+
+
+def eval_pairs_from(pairs: list[Pair], n: int, eval_seed: int) -> list[Pair]:
+    """Up to n held-out pairs of a data file (distinct held-out positions among its pairs), with the
+    length mix of its training pairs; a seeded shuffle picks among the positions of each length."""
+    by_length: dict[int, list[Pair]] = {}
+    train_mix: dict[int, float] = {}
+    seen: set[str] = set()
+    for pair in pairs:
+        plies = plies_of(pair.prompt)
+        if not is_held_out(pair.target):
+            train_mix[plies] = train_mix.get(plies, 0.0) + 1.0
+        elif position_key(pair.target) not in seen:
+            seen.add(position_key(pair.target))
+            by_length.setdefault(plies, []).append(pair)
+    if not by_length:
+        raise ValueError("the data file holds no held-out position (1 in 16 distinct positions is held out)")
+    for plies, group in by_length.items():
+        _rng("eval-file", eval_seed, plies).shuffle(group)
+        train_mix.setdefault(plies, 0.0)
+    weights = (
+        {plies: w for plies, w in train_mix.items()}
+        if sum(train_mix.values())
+        else dict.fromkeys(by_length, 1.0)
+    )
+    return fill_by_length(length_quotas(n, weights), lambda plies, want: by_length.get(plies, []))
 
 
 # --- loaders --------------------------------------------------------------------------------
@@ -254,7 +299,7 @@ def load_pgn(path: str | Path, min_plies: int, max_plies: int, strict: bool = Fa
     """
     _check_args(min_plies, max_plies)
     text = _read_text(path)
-    handle, errors, pairs = io.StringIO(text), RecordErrors(path, strict), []
+    handle, errors, pairs, where = io.StringIO(text), RecordErrors(path, strict), [], []
     line, counted_to = 1, 0
     for number in itertools.count(1):
         start = handle.tell()
@@ -268,5 +313,7 @@ def load_pgn(path: str | Path, min_plies: int, max_plies: int, strict: bool = Fa
         if problem is not None:
             errors.add(line, f"game {number}: {problem}")
             continue
-        pairs.extend(_game_pairs(game, min_plies, max_plies))
-    return LoadReport(pairs, errors.count, errors.messages)
+        found = _game_pairs(game, min_plies, max_plies)
+        pairs.extend(found)
+        where.extend([f"{path}:{line}: game {number}"] * len(found))
+    return LoadReport(pairs, errors.count, errors.messages, tuple(where))

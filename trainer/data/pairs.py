@@ -37,6 +37,7 @@ class LoadReport(NamedTuple):
     pairs: list[Pair]
     skipped: int  # malformed games (PGN) or bad lines (JSONL)
     errors: list[str]  # "file:line: reason", the first MAX_ERRORS_KEPT of them
+    where: tuple[str, ...] = ()  # "file:line" of each pair, for messages about a record
 
 
 class DataFileError(ValueError):
@@ -103,14 +104,15 @@ def load_jsonl(path: str | Path, strict: bool = False) -> LoadReport:
     A bad line is skipped and reported as "file:line: reason"; strict=True raises DataFileError
     at the first one.
     """
-    errors, pairs = RecordErrors(path, strict), []
+    errors, pairs, where = RecordErrors(path, strict), [], []
     for number, raw in enumerate(read_lines(path), start=1):
         result = _jsonl_pair(raw)
         if isinstance(result, str):
             errors.add(number, result)
         elif result is not None:
             pairs.append(result)
-    return LoadReport(pairs, errors.count, errors.messages)
+            where.append(f"{path}:{number}")
+    return LoadReport(pairs, errors.count, errors.messages, tuple(where))
 
 
 def file_stream(pairs: Sequence[Pair], seed: int) -> Callable[[int], Pair]:

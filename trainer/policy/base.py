@@ -5,7 +5,8 @@ which policy they serve. Two implement it: the built-in GPT (`trainer.policy.bui
 `transformers` model (`trainer.policy.hf`, imported only when asked for).
 
 - `module` is what is trained, wrapped in DDP and checkpointed (`state_dict`); its forward is
-  `module(ids [B, T], position_ids [B, T] | None, attn_mask [B, T] bool | None) -> logits [B, T, V]`.
+  `module(ids [B, T], position_ids [B, T] | None, attn_mask [B, T] bool | None, logits_to_keep=0)
+  -> logits [B, T, V]` (`logits_to_keep` > 0: only the last that many positions, `transformers`' name).
   Positions count real tokens (left pads get 0), so a left-padded row gives the logits it would
   alone.
 - `decoder(...)` prefills a batch of left-padded prompts into a fresh cache, repeats each prompt's

@@ -159,14 +159,17 @@ class GPT(nn.Module):
         position_ids: Tensor | None = None,
         attn_mask: Tensor | None = None,
         kv_cache: KVCache | None = None,
+        logits_to_keep: int = 0,
     ) -> Tensor:
-        """Logits `[B, T, V]` for token ids `idx` `[B, T]`.
+        """Logits `[B, T, V]` (float32, also under autocast) for token ids `idx` `[B, T]`.
 
         position_ids `[B, T]`: defaults to counting real tokens of `attn_mask` (or 0..T-1).
         attn_mask `[B, T]` bool: True for real tokens, False for pads (never attended to).
         kv_cache: the tokens are written at the cache's shared position, which then advances by T;
         with a cache and a mask, pass position_ids (the cache alone cannot tell them).
         Without mask and cache, attention uses the causal fast path (flash kernels on GPU).
+        logits_to_keep > 0: logits of the last that many positions only `[B, logits_to_keep, V]`
+        (the lm-head is skipped elsewhere; `transformers` names the same argument so).
         """
         b, t = idx.shape
         cols, mask = None, None
@@ -200,4 +203,12 @@ class GPT(nn.Module):
                 x = block(x, mask, kv_cache, layer, cols)
         if kv_cache is not None:
             kv_cache.pos.add_(t)
-        return self.lm_head(self.transformer.ln_f(x))
+        if logits_to_keep > 0:
+            x = x[:, -logits_to_keep:]
+        return self.head(self.transformer.ln_f(x))
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """float32 logits from final hidden states, autocast or not: log-probs for the GRPO ratio
+        and the KL must not carry a bf16 rounding of the logits (up to 0.06 nats per token)."""
+        with torch.autocast(hidden.device.type, enabled=False):
+            return F.linear(hidden.float(), self.lm_head.weight.float())

@@ -30,7 +30,7 @@ def decode_step(model: GPT, tokens: Tensor, position_ids: Tensor, cache: KVCache
 
 @functools.lru_cache(maxsize=8)
 def _decode_step_fn(device: torch.device, compile_: bool, cuda_graphs: bool) -> Callable:
-    mode = "reduce-overhead" if cuda_graphs else None
+    mode = "reduce-overhead" if cuda_graphs and device.type == "cuda" else None  # CUDA graphs: CUDA only
     return maybe_compile(
         decode_step,
         device=device,
@@ -81,7 +81,7 @@ def cached_decoder(
     device, k = ids.device, cfg.group_size
     dtype = _compute_dtype(model, device)
     prefix = KVCache.for_model(model.config, ids.shape[0], ids.shape[1], device=device, dtype=dtype)
-    first = model(ids, positions_from_mask(mask), mask, kv_cache=prefix)[:, -1]  # [B, V]
+    first = model(ids, positions_from_mask(mask), mask, kv_cache=prefix, logits_to_keep=1)[:, -1]  # [B, V]
     step_fn = _decode_step_fn(device, cfg.compile, cfg.cuda_graphs)
     compiled = step_fn is not decode_step
     n = ids.shape[0] * k
@@ -91,7 +91,7 @@ def cached_decoder(
         cache = KVCache.for_model(model.config, n, max_len, device=device, dtype=dtype)
     cache.load_repeated(prefix, k)
     next_pos = mask.sum(1).repeat_interleave(k)  # [N] position of the first completion token
-    mark_step = compiled and cfg.cuda_graphs
+    mark_step = compiled and cfg.cuda_graphs and device.type == "cuda"
 
     def step(tokens: Tensor, t: int) -> Tensor:
         if mark_step:
@@ -108,7 +108,7 @@ def full_decoder(
 ) -> tuple[Tensor, Step]:
     """No cache: every step runs the model over the whole sequence so far (the baseline).
 
-    `model` is any module with the policy forward `(ids, position_ids, attn_mask) -> logits`.
+    `model` is any module with the policy forward `(ids, position_ids, attn_mask, logits_to_keep=0) -> logits`.
     """
     k, (b, p) = cfg.group_size, ids.shape
     seq = torch.zeros((b * k, max_len), dtype=torch.long, device=ids.device)
@@ -116,11 +116,11 @@ def full_decoder(
     seq_mask = torch.ones_like(seq, dtype=torch.bool)
     seq_mask[:, :p] = mask.repeat_interleave(k, dim=0)
     seq_pos = positions_from_mask(seq_mask)
-    first = model(seq[:, :p], seq_pos[:, :p], seq_mask[:, :p])[:, -1]
+    first = model(seq[:, :p], seq_pos[:, :p], seq_mask[:, :p], logits_to_keep=1)[:, -1]
 
     def step(tokens: Tensor, t: int) -> Tensor:
         end = p + t + 1
         seq[:, end - 1] = tokens
-        return model(seq[:, :end], seq_pos[:, :end], seq_mask[:, :end])[:, -1]
+        return model(seq[:, :end], seq_pos[:, :end], seq_mask[:, :end], logits_to_keep=1)[:, -1]
 
     return first, step

@@ -39,14 +39,19 @@ class HFCausalLM(nn.Module):
         self.model = model
 
     def forward(
-        self, ids: Tensor, position_ids: Tensor | None = None, attn_mask: Tensor | None = None
+        self,
+        ids: Tensor,
+        position_ids: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> Tensor:
         if attn_mask is not None and position_ids is None:
             position_ids = positions_from_mask(attn_mask)
         mask = None if attn_mask is None else attn_mask.long()
-        return self.model(
-            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
-        ).logits
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep
+        )
+        return out.logits
 
 
 def load_kwargs(cfg: ModelConfig) -> dict:

@@ -31,25 +31,34 @@ def token_entropy(logits: Tensor) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def completion_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> tuple[Tensor, Tensor]:
+def completion_logprobs(
+    model: nn.Module, rollout: Rollout, temperature: float, *, entropy: bool = True
+) -> tuple[Tensor, Tensor | None]:
     """Log-probs `[N, L]` and entropies `[N, L]` (float32) of the rollout's completion tokens.
 
     One forward pass over input_ids with the rollout's attn_mask and position_ids; logits are
     divided by `temperature` as at sampling time. Positions outside completion_mask are 0.
     `model` is a GPT or any wrapper with its forward signature (DDP, torch.compile).
-    Gradients flow when called outside no_grad (the policy); wrap in no_grad for the reference.
+    Gradients flow into the log-probs when called outside no_grad (the policy); the entropy is a
+    metric, computed without autograd; `entropy=False` skips it (None; the reference pass).
+    Only the L positions that predict completion tokens go through the lm-head (`logits_to_keep`).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     p = rollout.prompt_len
-    if p < 1 or rollout.input_ids.shape[1] <= p:
+    length = rollout.input_ids.shape[1] - p
+    if p < 1 or length < 1:
         raise ValueError(f"rollout needs a prompt (P={p}) and at least one completion token")
-    # The last token's prediction is never needed: feed all but the last column.
-    logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
-    logits = (
-        _at_least_fp32(logits[:, p - 1 :]) / temperature
-    )  # [N, L, V]: position p-1+j predicts completion token j
-    logp = token_logprobs(logits, rollout.input_ids[:, p:])
-    entropy = token_entropy(logits)
+    # The last token's prediction is never needed: feed all but the last column; position p-1+j
+    # predicts completion token j, so the last L positions are the ones with a use.
+    logits = model(
+        rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1], logits_to_keep=length
+    )
+    logits = _at_least_fp32(logits) / temperature  # [N, L, V]
     keep = rollout.completion_mask
-    return logp.masked_fill(~keep, 0.0), entropy.masked_fill(~keep, 0.0)
+    logp = token_logprobs(logits, rollout.input_ids[:, p:]).masked_fill(~keep, 0.0)
+    if not entropy:
+        return logp, None
+    with torch.no_grad():
+        ent = token_entropy(logits).masked_fill(~keep, 0.0)
+    return logp, ent

@@ -20,6 +20,7 @@ from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.gpt import GPT, positions_from_mask
 from trainer.policy.gpt_decoding import decode_step, release_static_cache
 from trainer.sampling.rollout import Rollout, completions_text
+from trainer.sampling.row_noise import StepNoise
 
 __all__ = [
     "Rollout",
@@ -48,10 +49,17 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
 
 
 def sample_tokens(
-    logits: Tensor, temperature: float, top_k: int | None, greedy: bool, generator: torch.Generator | None
+    logits: Tensor,
+    temperature: float,
+    top_k: int | None,
+    greedy: bool,
+    generator: torch.Generator | None,
+    noise: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Next tokens `[N]` from logits `[N, V]` and their log-probs `[N]` (float32).
 
+    noise `[N, V]`: each row's own Gumbel noise (`trainer.sampling.row_noise`); the token is then
+    argmax(scaled logits + noise) over the top_k, and `generator` is not used.
     The log-prob is under softmax(logits / temperature) over the whole vocabulary, whatever top_k
     or greedy chose: that is what a later forward pass recomputes for the GRPO importance ratio.
     """
@@ -59,6 +67,11 @@ def sample_tokens(
     logp = torch.log_softmax(scaled, dim=-1)
     if greedy:
         tokens = scaled.argmax(dim=-1)
+    elif noise is not None:
+        if top_k is not None and top_k < scaled.shape[-1]:
+            kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        tokens = (scaled + noise).argmax(dim=-1)
     else:
         if top_k is not None and top_k < scaled.shape[-1]:
             kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
@@ -77,16 +90,21 @@ def _decode_loop(
     greedy: bool,
     stop_at_eos: bool,
     generator: torch.Generator | None,
+    keys: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Raw sampled tokens `[N, L]` and their log-probs `[N, L]`; L < max_new_tokens on early stop."""
+    """Raw sampled tokens `[N, L]` and their log-probs `[N, L]`; L < max_new_tokens on early stop.
+
+    keys `[N]`: per-row noise keys (`row_noise.row_keys`) instead of `generator`."""
     n, steps, device = first.shape[0], cfg.max_new_tokens, first.device
     tokens = torch.empty((n, steps), dtype=torch.long, device=device)
     logps = torch.empty((n, steps), dtype=torch.float32, device=device)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     check_every = STOP_CHECK_EVERY_CUDA if device.type == "cuda" else 1  # a CPU check costs no sync
     logits = first
+    step_noise = None if (keys is None or greedy) else StepNoise(keys, logits.shape[-1], steps)
     for t in range(steps):
-        tok, logp = sample_tokens(logits, cfg.temperature, cfg.top_k, greedy, generator)
+        noise = None if step_noise is None else step_noise(t)
+        tok, logp = sample_tokens(logits, cfg.temperature, cfg.top_k, greedy, generator, noise)
         tokens[:, t] = tok
         logps[:, t] = logp
         if t + 1 == steps:
@@ -160,18 +178,25 @@ def generate(
     *,
     greedy: bool = False,
     stop_at_eos: bool = True,
+    row_keys: Tensor | None = None,
 ) -> Rollout:
     """Sample cfg.group_size completions for each prompt (ids from `tokenizer.encode_prompt`).
 
     model: a policy (with its own tokenizer: `tokenizer` may be left out), or a bare GPT with its
     CharTokenizer. greedy: argmax decoding (evaluation); old_logprobs still use cfg.temperature.
     stop_at_eos=False: every row runs max_new_tokens steps (benchmarks with equal lengths).
+    row_keys `[B*K]`: each row's own noise (`trainer.sampling.row_noise`), so that a row's tokens do
+    not depend on the batch it is sampled in; `generator` is then unused.
     Runs under no_grad (not inference_mode: the rollout's tensors feed the training forward)
     and in eval mode; autocast, if wanted, is the caller's.
     """
     policy = BuiltinPolicy(model, tokenizer) if isinstance(model, GPT) else model
     tokenizer = policy.tokenizer
     _validate(policy, prompts, cfg)
+    if row_keys is not None and tuple(row_keys.shape) != (len(prompts) * cfg.group_size,):
+        raise ValueError(
+            f"row_keys must be [B*K] = [{len(prompts) * cfg.group_size}], got {tuple(row_keys.shape)}"
+        )
     device = next(policy.module.parameters()).device
     if generator is not None and generator.device.type != device.type:
         raise ValueError(f"generator is on {generator.device}, the model on {device}")
@@ -179,7 +204,9 @@ def generate(
     max_len = ids.shape[1] + cfg.max_new_tokens
     with torch.no_grad(), eval_mode(policy.module):
         first, step = policy.decoder(ids, mask, cfg, max_len)
-        tokens, logps = _decode_loop(first, step, cfg, tokenizer.eos_id, greedy, stop_at_eos, generator)
+        tokens, logps = _decode_loop(
+            first, step, cfg, tokenizer.eos_id, greedy, stop_at_eos, generator, row_keys
+        )
     return _assemble(
         ids, mask, tokens, logps, cfg.group_size, tokenizer.eos_id, tokenizer.pad_id, stop_at_eos
     )

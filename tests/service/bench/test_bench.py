@@ -42,11 +42,18 @@ HEADLINE_KEYS = {
     "pool2_vs_inprocess",
     "reward_wait_fraction",
     "grpo_completions_per_s",
+    "grpo_completions_per_s_default",
+    "step_roofline_fraction",
+    "peer_completions_per_s",
     "bf16_vs_fp32_speedup",
     "mfu",
     "hf_completions_per_s",
     "hf_vs_builtin",
     "hf_vs_peer",
+    "pool2_vs_inprocess_1ms",
+    "reward_wait_fraction_io20ms",
+    "inline_reward_fraction_io20ms",
+    "auto_vs_best",
 }
 
 
@@ -168,7 +175,9 @@ def toy_plan() -> BenchPlan:
         ),
         sampling=SamplingPlan(sizes=("tiny",), max_new_tokens=8, repeats=1, warmup=1),
         train_step=TrainStepPlan(cpu_sizes=("tiny",), cpu_batch=(4, 16), steps=1, warmup=1),
-        grpo=GRPOPlan(steps=1, warmup=0, baseline_steps=1, sft_steps=2, extras=False, max_new_tokens=12),
+        grpo=GRPOPlan(
+            steps=1, warmup=0, baseline_steps=1, sft_steps=2, extras=False, max_new_tokens=12, unshipped_rows=False
+        ),
         hf=HFPlan(steps=1, warmup=0, prompts=2, group_size=2, max_new_tokens=8),
     )
 

@@ -245,7 +245,9 @@ def test_jsonl_strict_raises_naming_file_and_line(tmp_path):
 def test_jsonl_clean_file_strict(tmp_path):
     path = tmp_path / "ok.jsonl"
     path.write_text('{"prompt": "", "target": "t"}\r\n{"prompt": "d4", "target": "u"}')
-    assert load_jsonl(path, strict=True) == LoadReport([Pair("", "t"), Pair("d4", "u")], 0, [])
+    assert load_jsonl(path, strict=True) == LoadReport(
+        [Pair("", "t"), Pair("d4", "u")], 0, [], (f"{path}:1", f"{path}:2")
+    )
 
 
 def test_file_stream_shuffles_each_epoch_and_covers_every_pair():

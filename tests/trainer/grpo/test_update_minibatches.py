@@ -40,8 +40,8 @@ class Table(nn.Module):
             torch.randn(V, V, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
         )
 
-    def forward(self, ids, positions, mask):
-        return self.table[ids]
+    def forward(self, ids, positions, mask, logits_to_keep=0):
+        return self.table[ids[:, -logits_to_keep:] if logits_to_keep else ids]
 
 
 def _rollout(seed: int, groups: int, length: int) -> Rollout:

@@ -79,3 +79,38 @@ def test_bad_arguments():
         completion_logprobs(model, r, 0.0)
     with pytest.raises(ValueError, match="completion token"):
         completion_logprobs(model, r._replace(input_ids=r.input_ids[:, : r.prompt_len]), 1.0)
+
+
+def test_logits_to_keep_gives_the_last_positions_of_the_full_forward():
+    model = tiny().eval()
+    r = _rollout(model)
+    with torch.no_grad():
+        full = model(r.input_ids, r.position_ids, r.attn_mask)
+        last = model(r.input_ids, r.position_ids, r.attn_mask, logits_to_keep=4)
+    assert last.shape == (r.num_rows, 4, tok.vocab_size)
+    torch.testing.assert_close(last, full[:, -4:], rtol=0, atol=1e-6)
+
+
+def test_logprobs_under_bf16_autocast_come_from_float32_logits():
+    """The lm-head runs in float32 under autocast: the log-probs equal a float64 head on the same
+    hidden states, where bf16-rounded logits are off by about 0.01-0.06 nats."""
+    model = tiny().eval()
+    r = _rollout(model)
+    seen = []
+    hook = model.transformer.ln_f.register_forward_hook(lambda m, i, out: seen.append(out))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(r.input_ids, r.position_ids, r.attn_mask)
+        logp, _ = completion_logprobs(model, r, 0.8)
+    hook.remove()
+    assert logits.dtype == torch.float32
+    hidden, weight, keep = seen[-1], model.lm_head.weight, r.completion_mask
+    targets = r.input_ids[:, r.prompt_len :]
+
+    def head_logp(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out = token_logprobs((h @ w.T).double() / 0.8, targets).float()
+        return out.masked_fill(~keep, 0.0)
+
+    exact = head_logp(hidden.double(), weight.double())
+    rounded = head_logp(hidden.bfloat16(), weight.bfloat16())
+    assert (logp - exact).abs().max() < 1e-5
+    assert (rounded - exact).abs().max() > 1e-3  # what a bf16 lm-head would cost

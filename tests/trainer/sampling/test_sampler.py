@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import trainer.compile as compile_helper
+import trainer.policy.gpt_decoding as decoding_module
 from service.bench.sampling import MODES, SamplingPlan, measure_size
 from trainer.config import ModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
@@ -163,21 +164,28 @@ def test_vocab_mismatch_is_a_clear_error():
         generate(model, prompts(1), cfg(), tok)
 
 
-def test_compile_request_on_cpu_falls_back_with_one_warning(caplog):
+def _no_cxx(monkeypatch):
+    """A machine without a C++ compiler: inductor's CPU backend cannot build, so no compile."""
+    monkeypatch.setattr(compile_helper.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compile_helper, "_warned", set())
+    decoding_module._decode_step_fn.cache_clear()
+
+
+def test_compile_request_without_a_compiler_falls_back_with_one_warning(caplog, monkeypatch):
+    _no_cxx(monkeypatch)
     model = tiny()
     eager = generate(model, prompts(), cfg(), tok, greedy=True)
     with caplog.at_level(logging.WARNING, logger="trainer.compile"):
         for _ in range(2):
             compiled = generate(model, prompts(), cfg(compile=True, cuda_graphs=True), tok, greedy=True)
+    decoding_module._decode_step_fn.cache_clear()
     assert torch.equal(compiled.input_ids, eager.input_ids)
-    warnings = [r for r in caplog.records if "decode step" in r.getMessage()]
-    assert len(warnings) <= 1  # one per process: an earlier test may already have logged it
-    if warnings:
-        assert "running eagerly" in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if "decode step" in r.getMessage()]
+    assert len(warnings) == 1 and "no C++ compiler" in warnings[0] and "running eagerly" in warnings[0]
 
 
-def test_maybe_compile_without_cuda_returns_eager_function_and_warns_once(caplog, monkeypatch):
-    monkeypatch.setattr(compile_helper, "_warned", set())
+def test_maybe_compile_without_support_returns_eager_function_and_warns_once(caplog, monkeypatch):
+    _no_cxx(monkeypatch)
 
     def fn(x):
         return x + 1
@@ -186,9 +194,21 @@ def test_maybe_compile_without_cuda_returns_eager_function_and_warns_once(caplog
         got = [compile_helper.maybe_compile(fn, device="cpu", enabled=True, what="fn") for _ in range(3)]
     assert all(g is fn for g in got)
     assert [r.getMessage() for r in caplog.records] == [
-        "torch.compile requested for fn but device 'cpu' is not CUDA: running eagerly"
+        "torch.compile requested for fn but no C++ compiler (g++ or c++) for inductor's CPU backend: running eagerly"
     ]
     assert compile_helper.maybe_compile(fn, device="cuda", enabled=False, what="fn") is fn
+
+
+@pytest.mark.slow
+def test_cpu_compiled_decode_samples_what_eager_samples():
+    """inductor's C++ backend on CPU: the compiled decode step gives the eager tokens and log-probs."""
+    if compile_helper.compile_unsupported_reason("cpu") is not None:
+        pytest.skip(compile_helper.compile_unsupported_reason("cpu"))
+    model = tiny(eos_boost=2.0)
+    eager = generate(model, prompts(), cfg(), tok, greedy=True)
+    compiled = generate(model, prompts(), cfg(compile=True), tok, greedy=True)
+    assert torch.equal(compiled.input_ids, eager.input_ids)
+    torch.testing.assert_close(compiled.old_logprobs, eager.old_logprobs, rtol=0, atol=1e-4)
 
 
 def test_decode_step_compiles_as_one_graph():

@@ -1,0 +1,49 @@
+"""User rewards for the FEN task that each misbehave in one way (`reward.user: [{fn: "examples.rewards.misbehaving:slow"}]`).
+
+- `slow`: a correct reward (1.0 for an exact FEN) that takes `SLOW_S` seconds an item (set
+  `GRPO_EXAMPLE_SLOW_S` to change it): healthy, only expensive.
+- `always_raises`: raises on every item, as a reward with a bug in its first line does.
+- `raises_one_in_six`: raises on about one item in six (those whose text hashes to 0 mod 6).
+- `noisy`: the exact-match reward plus random noise: the same completion scores differently twice.
+- `not_a_number`: returns a string.
+- `raises_unless_exact`: raises on every answer but the exact target.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import zlib
+
+SLOW_S = float(os.environ.get("GRPO_EXAMPLE_SLOW_S", "0.2"))
+
+
+def slow(completion: str, target: str) -> float:
+    time.sleep(SLOW_S)
+    return 1.0 if completion == target else 0.0
+
+
+def always_raises(completion: str, target: str) -> float:
+    raise KeyError("board")
+
+
+def raises_one_in_six(completion: str, target: str) -> float:
+    if zlib.crc32(f"<{completion}>".encode()) % 6 == 0:
+        raise ValueError("this completion breaks the reward")
+    return 1.0 if completion == target else 0.0
+
+
+def noisy(completion: str, target: str) -> float:
+    return (1.0 if completion == target else 0.0) + random.random()
+
+
+def not_a_number(completion: str, target: str) -> str:
+    return "high"
+
+
+def raises_unless_exact(completion: str, target: str) -> float:
+    """Raises on every wrong answer: a perfect answer scores, anything a policy writes fails."""
+    if completion != target:
+        raise ValueError("expected the exact FEN")
+    return 1.0

@@ -1,0 +1,92 @@
+"""The ablation's rows: one optimisation added per row, from the no-cache baseline through the
+fp32 reference to the settings the service ships for this machine.
+
+A row is (name, config updates, trial options); trial options may carry `env` (variables set in
+the trial's process before torch loads) and `threads`. Rows up to the reference
+(`REFERENCE_ROW`, the `grpo_completions_per_s` headline) keep fp32, no compile, 2 torch threads
+and the inherited OpenMP settings; the rows after it add the shipped settings one at a time, and
+the last row run is the `grpo_completions_per_s_default` headline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.run.threads import default_threads, wait_policy_env
+from service.config import ScalingConfig
+from service.presets import PRESETS
+from trainer.compile import compile_unsupported_reason
+from trainer.config import TrainerConfig
+from trainer.precision import resolve_dtype
+
+REFERENCE_ROW = "+ log-prob pass only where needed (the fp32 reference)"
+Row = tuple[str, dict[str, Any], dict[str, Any]]
+
+
+def shipped_settings(device: str) -> dict[str, Any]:
+    """Precision, compile, threads and wait policy as the `demo` preset and the config defaults
+    give them on `device`, with what they resolve to here."""
+    demo = TrainerConfig.model_validate({k: v for k, v in PRESETS["demo"].items() if k in TrainerConfig.model_fields})
+    scaling = ScalingConfig.model_validate(PRESETS["demo"].get("scaling", {}))
+    dtype, reason = resolve_dtype(demo.precision.dtype, device)
+    compilable = compile_unsupported_reason(device) is None
+    return {
+        "precision.dtype": demo.precision.dtype,
+        "precision": dtype,
+        "precision_reason": reason,
+        "model.compile": demo.model.compile and compilable,
+        "sampling.compile": demo.sampling.compile and compilable,
+        "torch_threads": scaling.torch_threads or default_threads(scaling.num_workers),
+        "omp_wait_policy": scaling.omp_wait_policy,
+        "env": wait_policy_env(scaling.omp_wait_policy),
+    }
+
+
+def reference_rows() -> list[Row]:
+    """Baseline to the fp32 reference; every row before the reference runs the log-prob pass as it
+    was (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
+    legacy = {"legacy_logprobs": True}
+    return [
+        ("baseline: fp32, no KV cache, serial scoring", {"sampling.use_kv_cache": False}, {"rewards": "inline", **legacy}),
+        ("+ KV cache (prefill per row)", {}, {"rewards": "inline", "shared_prefill": False, **legacy}),
+        ("+ shared prefill", {}, {"rewards": "inline", **legacy}),
+        ("+ streamed pool scoring", {}, {"rewards": "pool", **legacy}),
+        (REFERENCE_ROW, {}, {"rewards": "pool"}),
+    ]
+
+
+def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[list[Row], list[str], str]:
+    """The rows after the reference that apply here, a note for each one that does not, and the
+    name of the row with the shipped settings (`REFERENCE_ROW` when they add nothing to it).
+
+    A compile row is measured wherever compile is supported; when the shipped settings do not
+    compile, it comes last, is marked "not shipped", and is left out with `unshipped=False`."""
+    ship = shipped_settings(device)
+    rows: list[Row] = []
+    notes: list[str] = []
+    options: dict[str, Any] = {"rewards": "pool"}
+    updates: dict[str, Any] = {}
+    if ship["env"] or ship["torch_threads"] != threads:
+        options = {**options, "env": ship["env"], "threads": ship["torch_threads"]}
+        rows.append((f"+ threads as shipped ({ship['torch_threads']}, OpenMP {ship['omp_wait_policy']} wait)", {}, dict(options)))
+    if device == "cuda":
+        updates = {"precision.tf32": True}
+        rows.append(("+ TF32", dict(updates), dict(options)))
+    if ship["precision"] != "fp32":
+        updates = {**updates, "precision.dtype": ship["precision"]}
+        rows.append((f"+ {ship['precision']} autocast ({ship['precision_reason']})", dict(updates), dict(options)))
+    else:
+        notes.append(f"No bf16 row: {ship['precision_reason']}.")
+    shipped_compile = ship["model.compile"] or ship["sampling.compile"]
+    default = rows[-1][0] if rows else REFERENCE_ROW
+    if compile_unsupported_reason(device) is None and (shipped_compile or unshipped):
+        compiled = {**updates, "model.compile": True, "sampling.compile": True}
+        name = "+ torch.compile (training forward/backward, decode step)"
+        rows.append((name if shipped_compile else name + ", not shipped", compiled, dict(options)))
+        default = rows[-1][0] if shipped_compile else default
+    else:
+        notes.append(f"No compile row: {compile_unsupported_reason(device) or 'not shipped (quick plan)'}.")
+    if device == "cuda":
+        updates = {**updates, "model.compile": True, "sampling.compile": True, "sampling.cuda_graphs": True}
+        rows.append(("+ CUDA graphs of the decode step", dict(updates), dict(options)))
+    return rows, notes, default

@@ -1,0 +1,103 @@
+"""`python -m service.check_reward`: a run's rewards measured and tried on its own data, before any run.
+
+    python -m service.check_reward [--config FILE] [--preset NAME] [--set dotted.key=value ...] [--n 200]
+
+Scores `--n` items built from the run's data (each target as a completion, half of it, '' and the
+prompt) twice each, on this machine, without Ray, and prints: the cost per item (p50 / p99 / max),
+the mix of statuses and the most common errors, how many items scored differently the second time,
+and the reward pool the run would use (workers, placement, the chunk size fitted to the cost, the
+scoring time of one GRPO step). Exit 0 when a run would accept the rewards, 2 with the reason when
+it would refuse them (as `python -m service.train` does), or for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
+from service.config import ConfigError, ServiceConfig, load_config
+from service.preflight import reward_problem
+from service.preflight.reward_trial import TrialResult, run_trial, sample_items
+from service.presets import DEFAULT_PRESET, PRESETS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m service.check_reward",
+        description="Measure and try a run's rewards on its own data before any run.",
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), help=f"starting config (default: {DEFAULT_PRESET})")
+    parser.add_argument("--config", metavar="FILE.yaml", help="YAML with any config sections")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.key=value")
+    parser.add_argument("--n", type=int, default=200, help="items to score, each twice (default 200)")
+    return parser
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> list[str]:
+    placement = ", ".join(
+        f"{key} {getattr(cfg.pool, key)}" for key in ("resources", "label_selector") if getattr(cfg.pool, key, None)
+    )
+    items = cfg.grpo.prompts_per_step * cfg.sampling.group_size
+    step_s = items * trial.cost(0.5) / cfg.pool.num_workers
+    one_round = math.ceil(items / pool.chunk_size)  # workers that score a step's calls side by side
+    return [
+        f"pool:         {cfg.pool.num_workers} workers x {cfg.pool.cpus_per_worker:g} CPU"
+        + (f" ({placement})" if placement else ""),
+        f"calls:        at most {pool.chunk_size} items (configured {cfg.pool.chunk_size}); deadline "
+        f"{item_deadline_s(cfg.pool):g}s for an item alone",
+        f"a GRPO step:  {items} items, about {_ms(step_s)} of scoring on the pool at p50; "
+        f"{one_round} workers would score its calls in one round (pool.num_workers)",
+    ]
+
+
+def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
+    names = ", ".join(s.fn for s in cfg.reward.user) or "the task's built-in reward only"
+    statuses = ", ".join(f"{status} {count}" for status, count in trial.statuses.most_common())
+    lines = [
+        f"rewards:      {names} (task {cfg.task.name})",
+        f"sample:       {trial.scored} of {n} items, each scored {trial.repeats}x",
+        f"cost/item:    p50 {_ms(trial.cost(0.5))}, p99 {_ms(trial.cost(0.99))}, "
+        f"max {_ms(max(trial.costs_s, default=0.0))}, mean {_ms(trial.mean_cost)}",
+        f"statuses:     {statuses or 'none'}",
+    ]
+    lines += [f"  error x{count}: {reason[:120]}" for reason, count in trial.errors.most_common(3)]
+    lines.append(
+        f"determinism:  {trial.differing} of {trial.scored} items scored differently the second time"
+        + (" (NOT deterministic)" if trial.differing else "")
+    )
+    return lines + _pool_lines(cfg, chunks_for_cost(cfg.pool, trial.mean_cost), trial)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.n < 1:
+            raise ConfigError(f"--n: {args.n} is not allowed; give at least 1 item")
+        cfg = load_config(args.preset or DEFAULT_PRESET, args.config, args.overrides)
+        from service.tasks import build_task
+        from service.train import held_out_eval_pairs
+
+        task = build_task(cfg)
+        pairs = task.training_pairs(lambda line: None) or held_out_eval_pairs(task, cfg)
+    except (ConfigError, ValueError) as exc:
+        print(f"config error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    trial = run_trial(task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2)
+    print("\n".join(report(cfg, trial, args.n)), flush=True)
+    problem = reward_problem(trial, item_deadline_s(cfg.pool))
+    if problem:
+        print(f"verdict:      refused: {problem}", flush=True)
+        return 2
+    print("verdict:      a run would accept these rewards", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Relations between config values that no single key's validation sees, checked before anything
+starts: CPUs of the embedded Ray against what the run reserves, a GPU request without CUDA,
+storage that cannot be written. Each returns one line naming the key, or None."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def cpus_needed(cfg: Any) -> float:
+    """Logical CPUs the run reserves: its trainer workers and its reward workers."""
+    return (
+        cfg.scaling.num_workers * cfg.scaling.cpus_per_worker
+        + cfg.pool.num_workers * cfg.pool.cpus_per_worker
+    )
+
+
+def num_cpus_problem(cfg: Any) -> str | None:
+    """`run.num_cpus` below the run's reservations would leave a worker waiting for ever."""
+    need = math.ceil(cpus_needed(cfg))
+    if cfg.run.num_cpus is not None and cfg.run.num_cpus < need:
+        return (
+            f"run.num_cpus: {cfg.run.num_cpus} is below the {need} CPUs the run reserves "
+            f"(scaling: {cfg.scaling.num_workers} x {cfg.scaling.cpus_per_worker:g}, "
+            f"pool: {cfg.pool.num_workers} x {cfg.pool.cpus_per_worker:g}); raise it or leave it unset"
+        )
+    return None
+
+
+def gpu_problem(cfg: Any) -> str | None:
+    """A GPU run on a machine without CUDA (only meaningful where the run's own Ray starts)."""
+    if not cfg.scaling.use_gpu:
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (
+        "scaling.use_gpu: true, but this machine has no CUDA device and no cluster is given "
+        "(RAY_ADDRESS); set scaling.use_gpu=false or submit to a cluster with GPUs"
+    )
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def writable_problem(key: str, value: str | None) -> str | None:
+    """A directory (or the nearest existing parent) where a file cannot be created."""
+    if not value:
+        return None
+    where = _nearest_existing(Path(value).expanduser().resolve())
+    if not where.is_dir():
+        return f"{key}: {value!r} is not a directory ({str(where)!r} is a file)"
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"{key}: {value!r} cannot be written ({exc.strerror or exc} in {str(where)!r})"
+    return None
+
+
+def relation_problems(cfg: Any, *, driver: bool) -> list[str]:
+    """Every relation that fails. `driver`: checked where the run's driver runs, so its storage is
+    checked there, and a GPU request too when no cluster is given (its own Ray starts here); the
+    client checks what the config alone decides."""
+    problems = [num_cpus_problem(cfg)]
+    if driver:
+        problems += [
+            gpu_problem(cfg) if not os.environ.get("RAY_ADDRESS") else None,
+            writable_problem("run.storage_path", cfg.run.storage_path),
+            writable_problem("run.run_dir", cfg.run.run_dir),
+        ]
+    return [p for p in problems if p]

@@ -1,0 +1,116 @@
+"""A reward tried on the driver before anything starts, and measured: `RewardTrial`.
+
+The sample is built from the run's own data: each pair's target as a completion (a perfect answer),
+then a damaged copy of it, the empty string and the prompt (answers a policy does write). Each item
+is scored in a daemon thread, so a reward that hangs is reported once it passes its deadline
+instead of hanging the check.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards import Scorer, ScoreResult
+from rewards.result import ERROR
+
+
+@dataclass(frozen=True)
+class TrialItem:
+    completion: str
+    target: str | None
+    fields: dict[str, Any] | None
+
+
+def sample_items(pairs: Sequence[Any], n: int) -> list[TrialItem]:
+    """`n` items from pairs spread over the data, the completion taking turns: the target, half of
+    it, '' and the prompt."""
+    items: list[TrialItem] = []
+    for i in range(n if pairs else 0):
+        pair = pairs[(i * len(pairs)) // n] if n <= len(pairs) else pairs[i % len(pairs)]
+        target = pair.target
+        text = target if isinstance(target, str) else ""
+        completion = (text, text[: len(text) // 2], "", pair.prompt)[i % 4]
+        items.append(TrialItem(completion, target, getattr(pair, "fields", None)))
+    return items
+
+
+@dataclass
+class TrialResult:
+    """What scoring the sample showed: cost per item, statuses, errors, determinism."""
+
+    costs_s: list[float] = field(default_factory=list)
+    statuses: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)  # reason -> count
+    differing: int = 0  # items whose two scores differ
+    repeats: int = 1
+    hung: float | None = None  # seconds waited for an item that did not finish
+
+    @property
+    def scored(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def mean_cost(self) -> float:
+        """Seconds per item on average: what a call's length grows by per item."""
+        return statistics.fmean(self.costs_s) if self.costs_s else 0.0
+
+    def cost(self, q: float) -> float:
+        """The q-quantile of the cost per item, in seconds (0 without items)."""
+        if not self.costs_s:
+            return 0.0
+        if len(self.costs_s) == 1:
+            return self.costs_s[0]
+        return statistics.quantiles(self.costs_s, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
+
+
+def _same(a: ScoreResult, b: ScoreResult) -> bool:
+    return a.status == b.status and a.total == b.total
+
+
+def run_trial(
+    scorer: Scorer, items: Sequence[TrialItem], *, deadline_s: float, repeats: int = 1, warm_up: bool = True
+) -> TrialResult:
+    """Score every item `repeats` times; stop at the first item that takes longer than `deadline_s`.
+
+    The first item is scored once more before, untimed: what a reward sets up on its first call
+    (an engine started, a model loaded) a worker pays once, not per item."""
+    result = TrialResult(repeats=repeats)
+    if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
+        result.hung = deadline_s
+        return result
+    for item in items:
+        outcomes = []
+        for _ in range(repeats):
+            done = _score_with_deadline(scorer, item, deadline_s)
+            if done is None:
+                result.hung = deadline_s
+                return result
+            outcome, cost = done
+            outcomes.append(outcome)
+            result.costs_s.append(cost)
+        first = outcomes[0]
+        result.statuses[first.status] += 1
+        if first.status == ERROR:
+            result.errors[first.reason or "error"] += 1
+        result.differing += any(not _same(first, other) for other in outcomes[1:])
+    return result
+
+
+def _score_with_deadline(scorer: Scorer, item: TrialItem, deadline_s: float) -> tuple[ScoreResult, float] | None:
+    box: list[tuple[ScoreResult, float]] = []
+
+    def work() -> None:
+        start = time.perf_counter()
+        outcome = scorer.score(item.completion, item.target, item.fields)
+        box.append((outcome, time.perf_counter() - start))
+
+    thread = threading.Thread(target=work, name="reward-trial", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    return box[0] if box else None

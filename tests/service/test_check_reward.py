@@ -1,0 +1,58 @@
+"""`python -m service.check_reward`: cost, statuses, determinism and the pool, on the run's own data."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from service.check_reward import main
+
+EX = "examples.rewards.misbehaving"
+
+
+def _check(capsys, *sets: str, n: int = 8) -> tuple[int, str]:
+    argv = ["--preset", "smoke", "--n", str(n)]
+    for item in sets:
+        argv += ["--set", item]
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+def _reward(name: str) -> str:
+    return f"reward.user=[{{fn: '{EX}:{name}'}}]"
+
+
+def test_the_bundled_reward(capsys):
+    code, out = _check(capsys)
+    assert code == 0 and "sample:       8 of 8 items, each scored 2x" in out
+    assert "0 of 8 items scored differently" in out and "verdict:      a run would accept" in out
+    assert re.search(r"statuses:     .*ok 2", out)  # the targets; the other completions are not FENs
+    assert "pool:         1 workers x 0.5 CPU" in out and "a GRPO step:  16 items" in out
+
+
+def test_a_slow_reward_is_measured_and_its_calls_sized(capsys):
+    code, out = _check(capsys, _reward("slow"), "pool.chunk_timeout_s=1", "pool.collect_timeout_s=600", n=2)
+    assert code == 0
+    p50 = float(re.search(r"p50 ([\d.]+) ms", out).group(1))
+    assert p50 >= 200  # 0.2 s an item
+    assert "calls:        at most 1 items (configured 2048)" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "expected"),
+    [
+        ("always_raises", 2, "refused: reward.user: every one of 8 sample items failed"),
+        ("not_a_number", 2, "refused: reward.user: user reward"),
+        ("noisy", 0, "8 of 8 items scored differently the second time (NOT deterministic)"),
+        ("raises_one_in_six", 0, "error x"),
+    ],
+)
+def test_misbehaving_rewards(capsys, name, code, expected):
+    got, out = _check(capsys, _reward(name))
+    assert got == code and expected in out, out
+
+
+def test_a_bad_config_is_one_line(capsys):
+    assert main(["--set", "pool.num_workers=0"]) == 2
+    assert capsys.readouterr().err.startswith("config error: pool.num_workers")
