@@ -76,7 +76,8 @@ def reward_actors(c: LocalCluster) -> list:
     """Every RewardWorker actor the cluster has had (alive or dead), from Ray's state API."""
     from ray.util.state import list_actors
 
-    return list_actors(address=c.dashboard_url, filters=[("class_name", "=", "RewardWorker")], limit=1000)
+    filters = [("class_name", "=", "RewardWorker")]
+    return list_actors(address=c.dashboard_url, filters=filters, limit=1000, detail=True)
 
 
 def reward_nodes_alive(c: LocalCluster, want: int = 2) -> list[str]:
