@@ -179,9 +179,8 @@ def _alone_table(
     for cost, times in alone.items():
         n = plan.items if not cost.startswith("engine") else int(cost.split("(")[1].split()[0])
         inline = median(times["in process"])
-        rows.append(
-            [cost, inline * 1e3 / n, *(inline / median(times[f"pool w={w}"]) for w in plan.worker_counts)]
-        )
+        pools = (times.get(f"pool w={w}") for w in plan.worker_counts)
+        rows.append([cost, inline * 1e3 / n, *(inline / median(t) if t else "-" for t in pools)])
     add_table(
         section, f"Reward alone: {plan.items:,} items (speed-up = in-process time / pool time)", columns, rows
     )
