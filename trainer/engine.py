@@ -163,7 +163,9 @@ class Trainer:
         """One optimiser step of teacher-forced cross-entropy on `pairs` (objects with .prompt/.target)."""
         start = time.perf_counter()
         opt = self.optimizer("sft")
-        batch = build_sft_batch(self.local_share(pairs), self.tokenizer, self.device, self.policy.max_positions)
+        batch = build_sft_batch(
+            self.local_share(pairs), self.tokenizer, self.device, self.policy.max_positions
+        )
         total_tokens = float(reduce_on(torch.tensor([float(batch.num_tokens)]), self.device)[0])
         self.train_model.train()
         opt.zero_grad()
@@ -304,10 +306,13 @@ class Trainer:
         if kept_rows == 0:
             host.update(skip_record(sel))
         host.update(
-            reward_mean=_finite_or_none(shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)),
+            reward_mean=_finite_or_none(
+                shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)
+            ),
             zero_var_frac=sel.zero_var_groups / sel.num_groups,
             dropped_groups=float(sel.dropped_groups),
             unusable_groups=float(sel.unusable_groups),
+            skipped_groups=float(sel.skipped_groups),
             groups=float(sel.num_groups),
             completions=float(n_rows),
             reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,

@@ -110,7 +110,8 @@ class WorkerLoop:
             torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
             step = self.restore()
             self._publish(
-                START, {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime}
+                START,
+                {"from_step": step if step else None, "world_size": self.world, "runtime": self.runtime},
             )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")

@@ -107,3 +107,18 @@ def test_config_names_the_key():
         cfg(kl_placement="reward", beta=0.0)
     with pytest.raises(ValueError, match="alias"):
         cfg(passes=2, epochs=3)
+
+
+def test_a_skipped_reward_drops_its_group_and_is_counted_never_zero():
+    from trainer.grpo.reward_source import Rewards
+
+    def skip_pair_1(completions, targets):
+        values = char_match(completions, targets)
+        skipped = [t == "cd" for t in targets]
+        statuses = ["skipped" if s else "ok" for s in skipped]
+        return Rewards(values=values, usable=[not s for s in skipped], statuses=statuses)
+
+    for on_unusable in ("drop_group", "fail"):  # a skip is never a failure
+        trainer = Trainer(cfg(zero_var_groups="keep", on_unusable_reward=on_unusable), TOKENIZER)
+        m = trainer.grpo_step(PAIRS, InlineRewards(skip_pair_1))
+        assert m["skipped_groups"] == 1 and m["dropped_groups"] == 1 and m["empty_update"] == 0
