@@ -64,6 +64,8 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("zero_var_frac", "train", "share of groups whose rewards were all equal"),
     _m("dropped_groups", "train", "groups left out of the update"),
     _m("unusable_groups", "train", "groups with a reward that could not be used"),
+    _m("refill_rounds", "train", "extra sampling rounds of dynamic sampling (grpo.dynamic_sampling_tries)"),
+    _m("refill_prompts", "train", "extra prompts drawn by dynamic sampling"),
     _m("skipped_groups", "train", "groups with an item a reward skipped (returned None), left out"),
     _m("groups", "train", "prompt groups sampled in the step"),
     _m("reward_ok_frac", "train", "share of completions scored with status ok"),

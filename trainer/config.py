@@ -244,6 +244,13 @@ class GRPOConfig(Frozen):
     on_unusable_reward: Literal["drop_group", "fail"] = Field(
         "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
     )
+    dynamic_sampling_tries: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="when dropped groups leave fewer than prompts_per_step groups with a signal, sample up "
+        "to this many more batches of prompts_per_step prompts (DAPO dynamic sampling); 0: off",
+    )
     eval_every: int = Field(20, ge=1)
     eval_k: int = Field(
         0,

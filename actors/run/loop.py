@@ -143,7 +143,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.pool())
+            metrics = self.trainer.grpo_step(pairs, self.pool(), refill=lambda t: data.refill(step, t))
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
 

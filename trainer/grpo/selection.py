@@ -39,6 +39,11 @@ class GroupSelection(NamedTuple):
     reward_mean: float  # mean of the usable rewards (nan when there is none)
     skipped_groups: int = 0  # groups with an item a reward skipped (returned None): always dropped
 
+    @property
+    def kept_groups(self) -> int:
+        """Groups in the policy term (this rank's)."""
+        return self.num_groups - self.dropped_groups
+
 
 def _batch_std_advantages(
     values: Tensor, group_size: int, eps: float, reduce_moments: MomentReducer
