@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from actors.pool.config import PoolConfig
+from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
 from rewards.config import EngineConfig
 from service.presets import DEFAULT_PRESET, PRESETS
@@ -56,7 +57,8 @@ class TaskConfig(Frozen):
         default_factory=list, description="text: strings that end a completion (besides EOS)"
     )
     engine: EngineConfig = Field(
-        EngineConfig(), description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+        EngineConfig(),
+        description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)",
     )
     train_positions: int = Field(
         2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
@@ -107,6 +109,24 @@ class ScalingConfig(Frozen):
         "core), inherit leaves the environment as it is; set for a local cluster, put it in the job's "
         "runtime_env on a remote one",
     )
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each trainer worker takes, e.g. {trainer_node: 1}: trainers then "
+        "run only on nodes started with that resource",
+    )
+    label_selector: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels a trainer worker's node must carry"
+    )
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(value, "scaling.cpus_per_worker")
+
+    @field_validator("label_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_label_selector(value)
 
 
 class RunConfig(Frozen):
@@ -178,7 +198,9 @@ class ServiceConfig(TrainerConfig):
     @model_validator(mode="after")
     def _check_prompt_format(self) -> ServiceConfig:
         if self.task.chat_template and self.model.source != "hf":
-            raise ValueError("task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)")
+            raise ValueError(
+                "task.chat_template: true needs model.source=hf (the built-in GPT has no chat template)"
+            )
         if self.task.system is not None and not self.task.chat_template:
             raise ValueError("task.system is read only with task.chat_template: true")
         return self
@@ -338,6 +360,8 @@ def _field_at(key: str) -> Any:
     parts = key.split(".")
     field = None
     for depth, part in enumerate(parts):
+        if model is None and depth == len(parts) - 1 and _is_map(field):
+            return field  # one entry of a map key, e.g. pool.resources.reward_node
         if model is None:
             raise ConfigError(f"{key}: {'.'.join(parts[:depth])} is a value, not a section")
         if part not in model.model_fields:
@@ -348,6 +372,10 @@ def _field_at(key: str) -> Any:
         field = model.model_fields[part]
         model = _model_in(field.annotation)
     return field
+
+
+def _is_map(field: Any) -> bool:
+    return field is not None and typing.get_origin(field.annotation) is dict
 
 
 def check_key(key: str) -> None:

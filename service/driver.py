@@ -49,6 +49,25 @@ def checkpoint_root(cfg: ServiceConfig) -> Path:
     return Path(str(cfg.run.run_dir)) / CHECKPOINT_DIR
 
 
+def custom_resources_needed(cfg: ServiceConfig) -> dict[str, float]:
+    """Custom resources the trainer group and the reward pool take together (`*.resources*` keys)."""
+    needed: dict[str, float] = {}
+    for count, each in (
+        (cfg.scaling.num_workers, cfg.scaling.resources_per_worker),
+        (cfg.pool.num_workers, cfg.pool.resources),
+    ):
+        for name, amount in each.items():
+            needed[name] = needed.get(name, 0.0) + count * amount
+    return needed
+
+
+def local_node_labels(cfg: ServiceConfig) -> dict[str, str]:
+    """Labels that let one embedded node satisfy the plain `key: value` selectors of both groups."""
+    labels = dict(cfg.scaling.label_selector)
+    labels.update(cfg.pool.label_selector)
+    return {k: v for k, v in labels.items() if not v.startswith("!") and not v.endswith(")")}
+
+
 def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     """Join the cluster in RAY_ADDRESS (set under `ray job submit`) or start a local one; True if started here.
 
@@ -68,8 +87,10 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
         os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
+        # One node plays every role: it offers the custom resources and labels the run asks for.
         ray.init(
             address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
+            resources=custom_resources_needed(cfg) or None, labels=local_node_labels(cfg) or None,
             log_to_driver=True, logging_level=level,
         )  # fmt: skip
         started = True
@@ -84,18 +105,19 @@ def _warn_if_short(cfg: ServiceConfig, console: Console) -> None:
     """A cluster that lacks the run's resources now may still get them from an autoscaler: warn only."""
     have = ray.cluster_resources()
     gpus = cfg.scaling.num_workers * cfg.scaling.gpus_per_worker if cfg.scaling.use_gpu else 0.0
-    if have.get("CPU", 0.0) < cpus_needed(cfg) or have.get("GPU", 0.0) < gpus:
-        console.warning(
-            f"the run asks for {cpus_needed(cfg):g} CPUs and {gpus:g} GPUs; the cluster has "
-            f"{have.get('CPU', 0.0):g} CPUs and {have.get('GPU', 0.0):g} GPUs now (waiting for more)"
-        )
+    needed = {"CPU": cpus_needed(cfg), "GPU": gpus, **custom_resources_needed(cfg)}
+    short = {name: amount for name, amount in needed.items() if have.get(name, 0.0) < amount}
+    if short:
+        asked = ", ".join(f"{amount:g} {name}" for name, amount in needed.items() if amount)
+        has = ", ".join(f"{have.get(name, 0.0):g} {name}" for name in needed if needed[name])
+        console.warning(f"the run asks for {asked}; the cluster has {has} now (waiting for more)")
 
 
 def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    resources = {"CPU": cfg.scaling.cpus_per_worker}
+    resources = {"CPU": cfg.scaling.cpus_per_worker, **cfg.scaling.resources_per_worker}
     if cfg.scaling.use_gpu:
         resources["GPU"] = cfg.scaling.gpus_per_worker
     root = checkpoint_root(cfg)
@@ -103,7 +125,10 @@ def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
         train_loop_per_worker,
         train_loop_config={"spec": spec, "control": control},
         scaling_config=ScalingConfig(
-            num_workers=cfg.scaling.num_workers, use_gpu=cfg.scaling.use_gpu, resources_per_worker=resources
+            num_workers=cfg.scaling.num_workers,
+            use_gpu=cfg.scaling.use_gpu,
+            resources_per_worker=resources,
+            label_selector=dict(cfg.scaling.label_selector) or None,
         ),
         run_config=RunConfig(
             name=root.name,
@@ -121,9 +146,14 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(failures, dict) and failures:
         rank, error = sorted(failures.items())[0]
         cause = getattr(error, "cause", None) or error
-        return f"worker {rank}: {type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"
+        return f"worker {rank}: {type(cause).__name__}: {_last_line(cause)}"
+    return f"{type(exc).__name__}: {_last_line(exc)}"
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of an exception's text, its runs of blanks (tabs from Ray) made one space."""
+    lines = str(exc).strip().splitlines()
+    return " ".join(lines[-1].split()) if lines else ""
 
 
 class StopSignals:
@@ -222,6 +252,7 @@ class RunDriver:
             eval_pairs=self.eval_set,
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
+            checkpoint_dir=str(checkpoint_root(self.cfg)),
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
         )

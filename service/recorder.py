@@ -95,6 +95,7 @@ class RunRecorder:
         self.last_checkpoint: str | None = None
         self.error: str | None = None
         self._pool_totals: dict[str, Any] = {}
+        self._workers_alive: float | None = None  # last count reported, to say when it changes
         self._durations: dict[str, deque[float]] = {
             "sft": deque(maxlen=ETA_WINDOW),
             "grpo": deque(maxlen=ETA_WINDOW),
@@ -152,11 +153,29 @@ class RunRecorder:
         if isinstance(duration, int | float):
             self._durations[phase].append(float(duration))
         self._pool_totals = pool_totals([record], self._pool_totals)
+        self._say_pool_size(record)
         pool = dict(self._pool_totals)
         if self.pool_health is not None:
             pool.update(self.pool_health())
         progress = step_progress(self.run_id, self.total_steps, record, self.eta_s(step), pool)
         self.console.step(progress)
+
+    def _say_pool_size(self, record: dict[str, Any]) -> None:
+        """A warning each time the number of reward workers taking work changes: the run goes on
+        with fewer (their chunks went to the others) or has them back."""
+        alive, total = record.get("pool_workers_alive"), record.get("pool_workers")
+        if not isinstance(alive, int | float) or not isinstance(total, int | float):
+            return
+        before, self._workers_alive = self._workers_alive, alive
+        if alive == before or (before is None and alive == total):
+            return
+        if alive < total:
+            self.warn(
+                f"[pool] {alive:.0f} of {total:.0f} reward workers take work at step {record['step']}: "
+                "the run goes on with fewer (their chunks went to the others)"
+            )
+        else:
+            self.print(f"[pool] all {total:.0f} reward workers take work again at step {record['step']}")
 
     def _on_eval(self, record: dict[str, Any]) -> None:
         self.evals.append(record)

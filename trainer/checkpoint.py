@@ -40,6 +40,10 @@ class CheckpointError(RuntimeError):
     """A checkpoint directory is incomplete or does not match its manifest."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written to its storage (disk full, permission denied, path gone)."""
+
+
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from actors.pool.node_resources import check_custom_resources, check_label_selector
 from trainer.config import Frozen
 
 # Ray actor names: keep them readable in the dashboard and free of separators Ray treats specially.
@@ -22,6 +23,16 @@ class PoolConfig(Frozen):
 
     num_workers: int = Field(2, ge=1, description="reward worker actors")
     cpus_per_worker: float = Field(0.5, gt=0.0, description="logical CPUs Ray reserves per worker")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each worker takes, e.g. {reward_node: 1}: workers then run only "
+        "on nodes started with that resource (`ray start --resources`)",
+    )
+    label_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ray node labels a worker's node must carry, e.g. {grpo.io/role: reward} "
+        "(`ray start --labels`; values 'v', '!v', 'in(a,b)')",
+    )
     # Measured (service/bench/pool_workload.py, 2 cores): ~1 ms of dispatch per call and ~1 us per item of
     # result encoding; 64-item chunks ran at ~0.5x in-process, 1024-4096 at 1.4-1.56x with 2 workers.
     chunk_size: int = Field(2048, ge=1, description="most items per call")
@@ -58,7 +69,10 @@ class PoolConfig(Frozen):
     collect_timeout_s: float = Field(600.0, gt=0.0, description="longest a collect waits before failing")
     start_timeout_s: float = Field(120.0, gt=0.0, description="longest the workers may take to start")
     restart_timeout_s: float = Field(
-        60.0, gt=0.0, description="longest a killed worker may take to come back"
+        60.0,
+        gt=0.0,
+        description="longest a killed worker may take to come back (on another node when its own is "
+        "gone); the run fails once every worker has been gone this long",
     )
     max_restarts: int = Field(
         -1,
@@ -72,6 +86,16 @@ class PoolConfig(Frozen):
         "reward-worker", pattern=NAME_PATTERN, description="actors are named '<name_prefix>-<i>'"
     )
     namespace: str | None = Field(None, pattern=NAME_PATTERN, description="Ray namespace of the named actors")
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_custom_resources(value, "pool.cpus_per_worker")
+
+    @field_validator("label_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_label_selector(value)
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:

@@ -24,6 +24,7 @@ from actors.pool.codec import EncodedResults, count_status, failed_block
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
 from actors.pool.metrics import PoolMetrics, RateWindow
+from actors.pool.node_resources import describe_placement
 from actors.pool.work import Chunk, Fault, after_fault
 from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
 from rewards import ERROR
@@ -304,9 +305,16 @@ class Dispatcher:
         logger.error("reward worker %s is dead: %s", slot.name, reason)
         if self._owns_workers:
             _kill(slot.handle, restart=False)
-        if all(s.state is WorkerState.DEAD for s in self.slots):
-            reasons = "; ".join(f"{s.name}: {s.dead_reason}" for s in self.slots)
-            self._fatal = f"all {len(self.slots)} reward workers are dead ({reasons})"[:4000]
+        alive = sum(1 for s in self.slots if s.state is not WorkerState.DEAD)
+        if alive:
+            logger.error("the reward pool goes on with %d of %d workers", alive, len(self.slots))
+            return
+        reasons = "; ".join(f"{s.name}: {s.dead_reason}" for s in self.slots)
+        need = f"{self._cfg.cpus_per_worker:g} CPU{describe_placement(self._cfg.resources, self._cfg.label_selector)}"
+        self._fatal = (
+            f"all {len(self.slots)} reward workers are dead ({reasons}); a worker needs {need}, "
+            "and no live node took one"
+        )[:4000]
 
     def _update_gauges_locked(self, now: float) -> None:
         if now < self._next_gauge_at:

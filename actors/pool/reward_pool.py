@@ -29,6 +29,7 @@ from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
 from actors.pool.errors import RewardCollectTimeout, RewardErrorRateExceeded, RewardPoolUnavailable
 from actors.pool.metrics import PoolMetrics
+from actors.pool.node_resources import describe_placement
 from actors.pool.work import Chunk, Ticket, plan_chunks
 from actors.pool.worker import RewardWorker
 from actors.pool.worker_slot import WorkerSlot, WorkerState
@@ -88,6 +89,10 @@ class RewardPool:
                     "max_restarts": cfg.max_restarts,
                     "max_task_retries": 0,
                 }
+                if cfg.resources:
+                    options["resources"] = dict(cfg.resources)
+                if cfg.label_selector:
+                    options["label_selector"] = dict(cfg.label_selector)
                 if cfg.namespace is not None:
                     options["namespace"] = cfg.namespace
                 # Passed by value (a few kB): a restarted worker is rebuilt from its own copy.
@@ -146,6 +151,7 @@ class RewardPool:
             raise RewardPoolUnavailable(
                 f"reward workers could not start ({'; '.join(failed)}); they need "
                 f"{self.cfg.num_workers} x {self.cfg.cpus_per_worker} CPUs of the cluster's {cpus}"
+                f"{describe_placement(self.cfg.resources, self.cfg.label_selector)}"
             )
 
     # ---- RewardSource -----------------------------------------------------------------------

@@ -76,6 +76,13 @@ def control_actor_name(run_id: str) -> str:
 
 
 def start_run_control(run_id: str) -> Any:
-    """The run's control actor (num_cpus=0: it must never wait for a CPU the trainers hold)."""
+    """The run's control actor (num_cpus=0: it must never wait for a CPU the trainers hold).
+
+    It lives on the driver's node, as Ray Train's own controller does: a trainer or reward node
+    that dies must not take the run's records and stop flag with it.
+    """
     actor_cls = ray.remote(RunControl)
-    return actor_cls.options(name=control_actor_name(run_id), num_cpus=0, max_restarts=0).remote(run_id)
+    here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
+    return actor_cls.options(
+        name=control_actor_name(run_id), num_cpus=0, max_restarts=0, label_selector=here
+    ).remote(run_id)

@@ -32,7 +32,13 @@ from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads
-from trainer.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, step_dir_name
+from trainer.checkpoint import (
+    CheckpointWriteError,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    step_dir_name,
+)
 from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
@@ -59,6 +65,7 @@ class LoopSpec:
     eval_pairs: list[Pair]
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
+    checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
 
@@ -98,6 +105,7 @@ class WorkerLoop:
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._last_checkpoint = -1
+        self._last_good: str | None = None  # the newest checkpoint known to be on the storage
         self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
 
     # ------------------------------------------------------------------ main loop
@@ -214,17 +222,44 @@ class WorkerLoop:
             return
         self._wait_recorded(step)
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
-        staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
+        staging = None
         try:
+            staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
             path = save_checkpoint(staging, step, self.trainer.state_dict(), extra, keep_last=1)
             ray.train.report(
                 metrics,
                 checkpoint=ray.train.Checkpoint.from_directory(str(path)),
                 checkpoint_dir_name=step_dir_name(step),
             )
+            self._check_persisted(step)
+        except CheckpointWriteError:
+            raise
+        except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]  # one line, even for pyarrow's
+            raise CheckpointWriteError(self._write_failure(step, what)) from exc
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+        self._last_good = step_dir_name(step)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
+
+    def _check_persisted(self, step: int) -> None:
+        """A checkpoint Ray Train accepted must be on the storage, whole: never silently missing."""
+        if self.spec.checkpoint_dir is None:
+            return
+        manifest = Path(self.spec.checkpoint_dir) / step_dir_name(step) / "manifest.json"
+        if not manifest.is_file():
+            raise CheckpointWriteError(self._write_failure(step, f"{manifest} is missing after the write"))
+
+    def _write_failure(self, step: int, what: str) -> str:
+        """One line: which checkpoint, where, why, and what the run does about it."""
+        where = self.spec.checkpoint_dir or "Ray Train's storage"
+        last = self._last_good or "none"
+        return (
+            f"checkpoint {step_dir_name(step)} could not be written to {where} ({what}); the run stops "
+            f"rather than train on without checkpoints; the last good checkpoint is {last}: fix the "
+            "storage, then continue with --resume"
+        )
 
     def _wait_recorded(self, step: int) -> None:
         """Until the driver has written every record published so far: a checkpoint then never
@@ -246,6 +281,7 @@ class WorkerLoop:
             state, extra = load_verified(Path(directory))
         self.trainer.load_state_dict(state)
         self._last_checkpoint = int(extra["step"])
+        self._last_good = step_dir_name(self._last_checkpoint)
         self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
 

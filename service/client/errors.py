@@ -33,7 +33,22 @@ __all__ = [
 
 
 class ClientError(Exception):
-    """Base of every error the training client raises."""
+    """Base of every error the training client raises.
+
+    Subclasses take their own constructor arguments, which pickling would replay as the message
+    alone: `__reduce__` rebuilds the message and the attributes instead, so an error survives
+    pickling (Ray, multiprocessing) whatever its constructor takes.
+    """
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.args, self.__dict__.copy()))
+
+
+def _rebuild(cls: type[ClientError], args: tuple, state: dict) -> ClientError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class ConnectionFailed(ClientError):

@@ -6,6 +6,7 @@ a registry or the network.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -94,6 +95,15 @@ def group_cpus(group: dict[str, Any]) -> float:
     if "num-cpus" in params:
         return float(params["num-cpus"])
     return quantity(ray_container(group)["resources"]["limits"]["cpu"])
+
+
+def group_resources(group: dict[str, Any]) -> dict[str, float]:
+    """Custom resources one pod of the group offers: rayStartParams `resources`, which KubeRay
+    passes to `ray start --resources` as a quoted JSON string ('"{\\"name\\": 1}"')."""
+    raw = (group.get("rayStartParams") or {}).get("resources")
+    if raw is None:
+        return {}
+    return {name: float(amount) for name, amount in json.loads(json.loads(raw)).items()}
 
 
 def group_gpus(group: dict[str, Any]) -> int:

@@ -8,6 +8,7 @@ with `service.config.load_config`, exactly as the driver would; then what the ru
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 import pytest
@@ -17,6 +18,7 @@ from deploy_files import (
     documents_of_kind,
     group_cpus,
     group_gpus,
+    group_resources,
     load_documents,
     mount_paths,
     node_groups,
@@ -78,6 +80,39 @@ def test_reward_pool_fits_the_cpu_group():
     needed = config.pool.num_workers * config.pool.cpus_per_worker
     available = cpu_group["replicas"] * group_cpus(cpu_group)
     assert needed <= available, f"reward pool needs {needed} CPUs, cpu-reward gives {available}"
+
+
+def _offered(spec, resources: dict[str, float]) -> dict[str, float]:
+    """Group name -> how many workers asking for `resources` each of its pods can hold (0: none)."""
+    out = {}
+    for name, group in node_groups(spec):
+        offer = group_resources(group)
+        out[name] = min((offer.get(k, 0.0) // v for k, v in resources.items()), default=0.0)
+    return out
+
+
+@pytest.mark.parametrize("spec_of", ["RayJob", "RayCluster"])
+def test_reward_workers_can_run_only_on_the_cpu_group_and_trainers_only_on_gpus(spec_of):
+    """The entrypoint's custom resources keep each kind of worker on its own pods."""
+    config = _resolve(_rayjob()["spec"]["entrypoint"])
+    (doc,) = documents_of_kind(spec_of)
+    spec = doc["spec"]["rayClusterSpec"] if spec_of == "RayJob" else doc["spec"]
+    assert config.pool.resources and config.scaling.resources_per_worker, "the run must ask for them"
+    groups = _groups(spec)
+    rewards = _offered(spec, config.pool.resources)
+    assert {name for name, n in rewards.items() if n} == {"cpu-reward"}, rewards
+    assert rewards["cpu-reward"] * groups["cpu-reward"]["replicas"] >= config.pool.num_workers
+    trainers = _offered(spec, config.scaling.resources_per_worker)
+    assert {name for name, n in trainers.items() if n} == {"gpu-4090"}, trainers
+    assert trainers["gpu-4090"] * groups["gpu-4090"]["replicas"] >= config.scaling.num_workers
+
+
+def test_launcher_gpu_boxes_offer_the_trainer_resource():
+    (launcher,) = load_documents(CLUSTER_YAML)
+    (command,) = [c for c in launcher["worker_start_ray_commands"] if "ray start" in c]
+    found = re.search(r"--resources='([^']*)'", command)
+    assert found, command
+    assert json.loads(found.group(1)) == {"trainer_node": 1}
 
 
 def test_head_takes_no_training_or_reward_work():

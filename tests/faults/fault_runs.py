@@ -189,7 +189,7 @@ class DriverRun:
     Its output is also written to `log_path`, each line prefixed with the seconds since the start.
     """
 
-    def __init__(self, argv: Sequence[str], log_path: Path):
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
         self.argv = list(argv)
         self.lines: list[str] = []
         self.started_at = time.monotonic()
@@ -199,7 +199,7 @@ class DriverRun:
         self.proc = subprocess.Popen(
             self.argv,
             cwd=REPO,
-            env=clean_env(),
+            env=clean_env() if env is None else env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -280,9 +280,9 @@ class DriverRun:
 
 
 @contextlib.contextmanager
-def driver_run(argv: Sequence[str], log_path: Path) -> Iterator[DriverRun]:
-    """A DriverRun whose session is killed on the way out, whatever the test did."""
-    run = DriverRun(argv, log_path)
+def driver_run(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> Iterator[DriverRun]:
+    """A DriverRun (in `env`, default: its own embedded Ray) whose session is killed on the way out."""
+    run = DriverRun(argv, log_path, env)
     try:
         yield run
     finally:

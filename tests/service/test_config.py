@@ -88,6 +88,21 @@ def test_override_values_are_yaml_scalars():
         ),
         (["run.name=a b"], "run.name: 'a b' is not allowed; must match pattern"),
         (
+            ["pool.resources.CPU=1"],
+            "pool.resources: 'CPU' is a built-in resource; set it with pool.cpus_per_worker",
+        ),
+        (["pool.resources.reward_node=0"], "pool.resources: reward_node: 0.0 is not allowed"),
+        (
+            ["scaling.resources_per_worker={'a b': 1}"],
+            "scaling.resources_per_worker: 'a b' is not a resource name",
+        ),
+        (["pool.label_selector={'bad key!': x}"], "pool.label_selector: 'bad key!' is not a node label key"),
+        (
+            ["scaling.label_selector.role=in(a,)"],
+            "scaling.label_selector: role: 'in(a,)' is not a label selector",
+        ),
+        (["pool.resources.a.b=1"], "pool.resources.a.b: pool.resources is a value, not a section"),
+        (
             ["run.storage_path=s3://bucket/runs"],
             "run.storage_path: 's3://bucket/runs' is a URI; expected a filesystem path",
         ),
@@ -128,6 +143,21 @@ def test_unknown_preset():
         ConfigError, match=r"^preset: 'big' is not allowed; expected one of 'smoke', 'demo', 'gpt2-4090'"
     ):
         load_config("big")
+
+
+def test_placement_maps_take_whole_maps_or_one_entry():
+    cfg = load_config(
+        "smoke",
+        overrides=[
+            "pool.resources.reward_node=1",
+            "pool.label_selector={grpo.io/role: reward, zone: '!in(a,b)'}",
+            "scaling.resources_per_worker={trainer_node: 0.5}",
+        ],
+    )
+    assert cfg.pool.resources == {"reward_node": 1.0}
+    assert cfg.pool.label_selector == {"grpo.io/role": "reward", "zone": "!in(a,b)"}
+    assert cfg.scaling.resources_per_worker == {"trainer_node": 0.5} and cfg.scaling.label_selector == {}
+    assert load_config("smoke").pool.resources == {}  # default: no placement constraint
 
 
 def test_trainer_config_is_exactly_the_trainer_sections():
@@ -223,3 +253,23 @@ def test_cli_non_finite_beta_exits_2_with_one_line(tmp_path):
 def test_unknown_task_is_refused_naming_the_tasks():
     with pytest.raises(ConfigError, match=r"task.name: 'chess' is not a task; expected one of 'fen'"):
         load_config("smoke", overrides=["task.name=chess"])
+
+
+def test_the_embedded_ray_offers_what_the_placement_keys_ask_for():
+    from service.driver import custom_resources_needed, local_node_labels
+
+    cfg = load_config(
+        "smoke",
+        overrides=[
+            "pool.num_workers=3",
+            "pool.resources={reward_node: 1, disk: 0.5}",
+            "scaling.resources_per_worker.disk=2",
+            "pool.label_selector={role: reward, zone: '!a'}",
+            "scaling.label_selector={accel: 'in(x,y)', tier: gpu}",
+        ],
+    )
+    assert custom_resources_needed(cfg) == {"reward_node": 3.0, "disk": 1.5 + 2.0}
+    assert local_node_labels(cfg) == {"role": "reward", "tier": "gpu"}  # plain values only
+    assert (
+        custom_resources_needed(load_config("smoke")) == {} and local_node_labels(load_config("smoke")) == {}
+    )

@@ -16,7 +16,7 @@ from service.client.checks import modules_to_ship
 from service.client.cli import main as client_main
 from service.config import ConfigError, load_config
 from service.train import main as train_main
-from trainer.data.chess_games import generate_pairs
+from trainer.data.chess_games import eval_pairs, generate_pairs
 
 REPO = Path(__file__).resolve().parents[2]
 EX = "examples.rewards.misbehaving"
@@ -26,15 +26,23 @@ def _reward(name: str) -> str:
     return f"reward.user=[{{fn: '{EX}:{name}'}}]"
 
 
+def _game_rows() -> list[dict[str, str]]:
+    # Training games never hold a held-out position; a file's held-out set comes from the file.
+    pairs = generate_pairs(280, seed=3, min_plies=1, max_plies=2) + eval_pairs(20, 1_000_003, 1, 2)
+    return [{"prompt": p.prompt, "target": p.target} for p in pairs]
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 @pytest.fixture(scope="module")
 def games(tmp_path_factory) -> Path:
     """300 JSONL records of the FEN task; line 137's prompt holds a character no chess text has."""
-    path = tmp_path_factory.mktemp("data") / "games.jsonl"
-    pairs = generate_pairs(300, seed=3, min_plies=1, max_plies=2)
-    lines = [json.dumps({"prompt": p.prompt, "target": p.target}) for p in pairs]
-    lines[136] = json.dumps({"prompt": pairs[136].prompt + " \u2014 good", "target": pairs[136].target})
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    rows = _game_rows()
+    rows[136]["prompt"] += " \u2014 good"
+    return _write(tmp_path_factory.mktemp("data") / "games.jsonl", rows)
 
 
 def _refused(capsys, tmp_path: Path, *sets: str) -> str:
@@ -55,11 +63,9 @@ def test_an_unencodable_record_among_300_is_refused_with_its_line(capsys, tmp_pa
 
 
 def test_a_record_longer_than_the_block_is_refused_with_its_line(capsys, tmp_path):
-    path = tmp_path / "long.jsonl"
-    pairs = generate_pairs(5, seed=1, min_plies=1, max_plies=2)
-    rows = [{"prompt": p.prompt, "target": p.target} for p in pairs]
+    rows = _game_rows()
     rows[3]["prompt"] = " ".join(["e4"] * 40)  # 119 characters: + BOS/SEP + 72 new tokens > 128
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = _write(tmp_path / "long.jsonl", rows)
     err = _refused(capsys, tmp_path, f"data.path={path}")
     assert f"{path}:4: prompt of 119 characters" in err and "model.block_size (128)" in err
 

@@ -173,3 +173,22 @@ def test_evaluate_scores_greedy_completions():
 def test_shard_must_divide():
     trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
     assert trainer.local_share(PAIRS) == PAIRS
+
+
+@pytest.mark.slow
+def test_cpu_compiled_training_and_decoding_step_like_eager():
+    """model.compile and sampling.compile on CPU (inductor C++): the same samples, loss and weights."""
+    from trainer.compile import compile_unsupported_reason
+
+    if compile_unsupported_reason("cpu") is not None:
+        pytest.skip(compile_unsupported_reason("cpu"))
+    base = small_cfg().model_dump(mode="json")
+    compiled_cfg = {**base, "model": {**base["model"], "compile": True}}
+    compiled_cfg["sampling"] = {**base["sampling"], "compile": True}
+    trainers = [Trainer(small_cfg(), CHESS_TOKENIZER), Trainer(TrainerConfig.model_validate(compiled_cfg), CHESS_TOKENIZER)]
+    metrics = [[t.grpo_step(PAIRS, InlineRewards(char_match)) for _ in range(2)] for t in trainers]
+    for eager, compiled in zip(*metrics, strict=True):
+        assert compiled["tokens"] == eager["tokens"] and compiled["reward_mean"] == eager["reward_mean"]
+        assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4, abs=1e-6)
+    for a, b in zip(*(_params(t) for t in trainers), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

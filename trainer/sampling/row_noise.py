@@ -43,10 +43,31 @@ def row_keys(
     return keys.reshape(-1).to(device)
 
 
-def gumbel_noise(keys: Tensor, t: int, vocab: int) -> Tensor:
-    """`[N, vocab]` float32 Gumbel(0, 1) noise of decoding step t for rows with `keys` `[N]`."""
-    step = _mix32(keys ^ ((t + 1) * _STEP_MUL & _M32))  # [N]
+def gumbel_noise(keys: Tensor, t: int | Tensor, vocab: int) -> Tensor:
+    """`[N, vocab]` float32 Gumbel(0, 1) noise of decoding step t for rows with `keys` `[N]`;
+    with t a `[S]` tensor of steps, `[S, N, vocab]` (the same values, in one pass)."""
+    steps = torch.as_tensor(t, dtype=torch.int64, device=keys.device)
+    step = _mix32(keys ^ ((steps.reshape(-1, 1) + 1) * _STEP_MUL & _M32))  # [S, N]
     ids = (torch.arange(vocab, device=keys.device, dtype=torch.int64) + 1) * _VOCAB_MUL & _M32
-    bits = _mix32(_mix32(step.unsqueeze(1) ^ ids.unsqueeze(0)) ^ step.unsqueeze(1))  # [N, V]
+    bits = _mix32(_mix32(step.unsqueeze(-1) ^ ids) ^ step.unsqueeze(-1))  # [S, N, V]
     u = (bits.double() + 0.5) / 2.0**32  # in (0, 1)
-    return (-torch.log(-torch.log(u))).float()
+    noise = (-torch.log(-torch.log(u))).float()
+    return noise if steps.dim() else noise[0]
+
+
+class StepNoise:
+    """Each decoding step's noise, made for many steps at once: one pass of ~20 tensor ops per
+    block of steps instead of per step (a decoding step of a small model is mostly such overhead).
+    A block holds at most `max_elements` values, so a large vocabulary falls back to one step."""
+
+    def __init__(self, keys: Tensor, vocab: int, steps: int, max_elements: int = 1 << 22) -> None:
+        self.keys, self.vocab, self.steps = keys, vocab, steps
+        self.block = max(1, min(steps, max_elements // max(1, keys.numel() * vocab)))
+        self.start, self.noise = 0, gumbel_noise(keys, torch.arange(0), vocab)
+
+    def __call__(self, t: int) -> Tensor:
+        if not self.start <= t < self.start + self.noise.shape[0]:
+            self.start = t
+            stop = min(self.steps, t + self.block)
+            self.noise = gumbel_noise(self.keys, torch.arange(t, stop), self.vocab)
+        return self.noise[t - self.start]

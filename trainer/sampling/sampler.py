@@ -20,7 +20,7 @@ from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.gpt import GPT, positions_from_mask
 from trainer.policy.gpt_decoding import decode_step, release_static_cache
 from trainer.sampling.rollout import Rollout, completions_text
-from trainer.sampling.row_noise import gumbel_noise
+from trainer.sampling.row_noise import StepNoise
 
 __all__ = [
     "Rollout",
@@ -101,8 +101,9 @@ def _decode_loop(
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     check_every = STOP_CHECK_EVERY_CUDA if device.type == "cuda" else 1  # a CPU check costs no sync
     logits = first
+    step_noise = None if (keys is None or greedy) else StepNoise(keys, logits.shape[-1], steps)
     for t in range(steps):
-        noise = None if (keys is None or greedy) else gumbel_noise(keys, t, logits.shape[-1])
+        noise = None if step_noise is None else step_noise(t)
         tok, logp = sample_tokens(logits, cfg.temperature, cfg.top_k, greedy, generator, noise)
         tokens[:, t] = tok
         logps[:, t] = logp

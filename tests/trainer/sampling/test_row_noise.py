@@ -83,3 +83,16 @@ def test_micro_batch_size_and_rank_share_do_not_change_the_samples():
     second = _tokens(4, first=8, n=8)
     assert sum(a == b for a, b in zip(whole[64:], second, strict=True)) / 64 >= 0.99
     assert len({tuple(r) for r in whole}) > 64  # the rows are not all alike
+
+
+def test_noise_made_for_many_steps_at_once_equals_step_by_step():
+    from trainer.sampling.row_noise import StepNoise
+
+    keys = row_keys(3, 7, 0, 4, 5, "cpu")
+    many = gumbel_noise(keys, torch.arange(10), 11)
+    assert many.shape == (10, 20, 11)
+    for t in range(10):
+        assert torch.equal(many[t], gumbel_noise(keys, t, 11))
+    for block_elements in (1, 20 * 11 * 3, 1 << 22):  # one step, 3 steps, every step per block
+        noise = StepNoise(keys, 11, 10, max_elements=block_elements)
+        assert all(torch.equal(noise(t), many[t]) for t in range(10))
