@@ -13,6 +13,7 @@ it would refuse them (as `python -m service.train` does), or for a bad config.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 
@@ -45,12 +46,14 @@ def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> lis
     )
     items = cfg.grpo.prompts_per_step * cfg.sampling.group_size
     step_s = items * trial.cost(0.5) / cfg.pool.num_workers
+    one_round = math.ceil(items / pool.chunk_size)  # workers that score a step's calls side by side
     return [
         f"pool:         {cfg.pool.num_workers} workers x {cfg.pool.cpus_per_worker:g} CPU"
         + (f" ({placement})" if placement else ""),
         f"calls:        at most {pool.chunk_size} items (configured {cfg.pool.chunk_size}); deadline "
         f"{item_deadline_s(cfg.pool):g}s for an item alone",
-        f"a GRPO step:  {items} items, about {_ms(step_s)} of scoring on the pool at p50",
+        f"a GRPO step:  {items} items, about {_ms(step_s)} of scoring on the pool at p50; "
+        f"{one_round} workers would score its calls in one round (pool.num_workers)",
     ]
 
 

@@ -35,6 +35,7 @@ from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.run_files import CHECKPOINT_DIR
 from service.tasks import Task
+from trainer.checkpoint import CheckpointWriteError, write_failure_message
 from trainer.data.pairs import Pair
 from trainer.schedule import Schedule
 
@@ -211,6 +212,7 @@ class RunDriver:
         self.signals = StopSignals()
         self._error: BaseException | None = None
         self._written = 0  # events drained from the control actor and written
+        self._scorer: Any = None  # the reward the pool runs, also handed to the ranks (pool.placement)
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
@@ -219,7 +221,8 @@ class RunDriver:
             started_ray = init_ray(self.cfg, self.console)
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
-            pool = RewardPool.create(self.task.scorer(), self.cfg.pool, run_id=str(self.cfg.run.name))
+            self._scorer = self.task.scorer()
+            pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
             if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
                 self._export()
@@ -253,6 +256,7 @@ class RunDriver:
             eval_samples=self.cfg.run.eval_samples,
             train_pairs=refs,
             checkpoint_dir=str(checkpoint_root(self.cfg)),
+            scorer=self._scorer,
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
         )
@@ -269,7 +273,7 @@ class RunDriver:
             self._drain(control)
         self._drain(control)
         if self._error is not None:
-            return "failed", self.recorder.error or failure_reason(self._error)
+            return "failed", self.recorder.error or self._failure_reason(self._error)
         if self.recorder.last_step >= self.recorder.total_steps:
             return "succeeded", None
         return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")
@@ -280,6 +284,15 @@ class RunDriver:
 
         path = export_finished_run(str(self.cfg.run.run_dir))
         self.recorder.print(f"[export] {path} (AutoModelForCausalLM.from_pretrained loads it)")
+
+    def _failure_reason(self, exc: BaseException) -> str:
+        """Why fit() failed; a failure of the checkpoint storage outside the workers (Ray Train's
+        controller writing its own records there) is named as one, like a worker's write failure."""
+        reason, root = failure_reason(exc), str(checkpoint_root(self.cfg))
+        if root not in reason:
+            return reason
+        last = self.recorder.last_checkpoint
+        return f"{CheckpointWriteError.__name__}: " + write_failure_message("checkpoints", root, reason, last)
 
     def _fit(self, trainer: Any) -> None:
         try:

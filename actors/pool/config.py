@@ -8,6 +8,7 @@ and what happens when it does not finish. The reward itself is configured separa
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -43,6 +44,10 @@ class PoolConfig(Frozen):
         2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
     )
     chunk_timeout_s: float = Field(10.0, gt=0.0, description="hard deadline of one call once it is running")
+    placement: Literal["auto", "inline", "pool"] = Field(
+        "auto",
+        description="where a GRPO step's rewards are scored: measured and chosen (auto), in the trainer's process, or on the pool",
+    )
     concurrency_per_worker: int = Field(
         16,
         ge=1,

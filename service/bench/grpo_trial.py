@@ -24,6 +24,7 @@ import ray
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.bench.isolated import PeakMemory
@@ -184,22 +185,28 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     return total
 
 
-def _open_rewards(kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None) -> tuple[Any, Any]:
-    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster.
+def _open_rewards(
+    kind: str, pool_cfg: dict[str, Any] | None, gcs_address: str | None, reward: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """(reward source, pool or None): inline scoring, or a pool on the parent's Ray cluster, of the
+    reward `reward` (a RewardConfig's fields; default: the bundled FEN reward).
 
     With a gcs_address the process joins the cluster either way, as the service's trainer
     process does, so inline and pool trials carry the same Ray threads.
     """
-    if kind not in ("inline", "pool"):
-        raise ValueError(f"rewards must be 'inline' or 'pool', got {kind!r}")
-    if kind == "pool" and not gcs_address:
-        raise ValueError("rewards='pool' needs the gcs_address of a running Ray cluster")
+    if kind not in ("inline", "pool", "auto"):
+        raise ValueError(f"rewards must be 'inline', 'pool' or 'auto', got {kind!r}")
+    if kind != "inline" and not gcs_address:
+        raise ValueError(f"rewards={kind!r} needs the gcs_address of a running Ray cluster")
     if gcs_address and not ray.is_initialized():
         ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
+    reward_cfg = RewardConfig.model_validate(reward or {})
     if kind == "inline":
-        return InlineRewards(scorer_rewards(Scorer(RewardConfig()))), None
+        return InlineRewards(scorer_rewards(Scorer(reward_cfg))), None
     cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
-    pool = RewardPool.create(RewardConfig(), cfg, run_id="bench")
+    pool = RewardPool.create(reward_cfg, cfg, run_id="bench")
+    if kind == "auto":  # pool.placement=auto, as the service runs it
+        return PlacedRewards(pool, Scorer(reward_cfg), "auto", log=lambda line: None), pool
     return pool, pool
 
 
@@ -239,6 +246,7 @@ def run_trial(
     pool_cfg: dict[str, Any] | None = None,
     gcs_address: str | None = None,
     legacy_logprobs: bool = False,
+    reward: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
 
@@ -252,7 +260,7 @@ def run_trial(
     trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
-    source, pool = _open_rewards(rewards, pool_cfg, gcs_address)
+    source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)
     timed = TimedRewards(source)
     rollouts = RolloutLog(trainer)
     n = cfg.grpo.prompts_per_step

@@ -66,7 +66,7 @@ def gpu_info() -> dict[str, Any] | None:
 
 
 # Threading settings that change CPU timings a lot (OpenMP spin-waiting on a shared machine, above all).
-THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS")
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT", "MKL_NUM_THREADS")
 
 
 def machine_info() -> dict[str, Any]:

@@ -9,10 +9,11 @@ from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
 from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
+from service.bench.reward_cost import RewardCostPlan
 from service.bench.sampling import SamplingPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost")
 OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
@@ -30,6 +31,7 @@ class BenchPlan:
     grpo: GRPOPlan
     hf: HFPlan = HFPlan()
     peer: PeerPlan = field(default_factory=PeerPlan)
+    reward_cost: RewardCostPlan = field(default_factory=RewardCostPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -50,6 +52,13 @@ def quick_plan() -> BenchPlan:
         train_step=TrainStepPlan(steps=5, warmup=2),
         grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=2, sft_steps=100, extras=False, unshipped_rows=False),
         peer=PeerPlan(rounds=1, peer_steps=4),
+        reward_cost=RewardCostPlan(
+            worker_counts=(1, 2),
+            repeats=1,
+            inline_wait_items=16,
+            grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
+            grpo_steps=2,
+        ),
     )
 
 

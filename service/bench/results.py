@@ -30,6 +30,10 @@ HEADLINE_TARGETS: dict[str, str] = {
     "hf_completions_per_s": "the transformers policy's GRPO step (tiny GPT-2, fp32)",
     "hf_vs_builtin": ">= 0.7 (hf over the built-in GPT at equal shapes, work and settings)",
     "hf_vs_peer": ">= 2x the TRL peer on its own model and work (`--sections peer`)",
+    "pool2_vs_inprocess_1ms": ">= 1.8x in process (CPU-bound 1 ms reward, 1,024 items, 2 workers)",
+    "reward_wait_fraction_io20ms": "<= 0.05 of the GRPO step (async 20 ms reward on the pool)",
+    "inline_reward_fraction_io20ms": ">= 0.5 of the GRPO step (the same reward scored in process)",
+    "auto_vs_best": "<= 1.05 (pool.placement auto over the faster of inline and pool, FEN reward)",
 }
 
 

@@ -22,6 +22,9 @@ from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
 from service.bench.results import collect_headline, new_section
 from service.bench.reward import bench_reward
+from service.bench.reward_cost import HEADLINE as COST_HEADLINE
+from service.bench.reward_cost import TITLE as COST_TITLE
+from service.bench.reward_cost import bench_reward_cost
 from service.bench.sampling import bench_sampling
 from service.bench.train_step import bench_train_step
 
@@ -49,6 +52,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     ),
     "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
     "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer, p.grpo)),
+    "reward-cost": ((COST_TITLE,), COST_HEADLINE, lambda p: bench_reward_cost(p.reward_cost)),
 }
 
 
@@ -76,7 +80,7 @@ def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
     began = time.perf_counter()
     info = machine_info()
     started_ray = False
-    if not ray.is_initialized() and {"reward", "grpo", "peer"} & set(plan.sections):
+    if not ray.is_initialized() and {"reward", "grpo", "peer", "reward-cost"} & set(plan.sections):
         ray.init(
             num_cpus=max(4, usable_cores()),
             include_dashboard=False,

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 from urllib.parse import urlsplit
 
 from service.client._follow import follow
-from service.client._jobs import JobsApi, translate_errors
 from service.client.auth import Token, resolve_token
 from service.client.errors import ClientError, RunTimeout, UnknownRun
 from service.client.states import RunInfo, RunState, RunStatus, status_from_job, timestamp
@@ -23,6 +22,9 @@ from service.client.submission import (
     check_entrypoint_resources,
     resume_submission,
 )
+
+if TYPE_CHECKING:
+    from service.client._jobs import JobsApi
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 MAX_POLL_S = 10.0  # wait() backs off to at most this interval between polls
@@ -63,10 +65,14 @@ class TrainingClient:
         return f"TrainingClient({self.address!r}, token from {origin})"
 
     def _errors(self, run_id: str | None = None):
+        from service.client._jobs import translate_errors  # Ray loads only once a request is made
+
         return translate_errors(self.address, self._token, run_id)
 
     def _api(self) -> JobsApi:
         if self._jobs is None:
+            from service.client._jobs import JobsApi
+
             with self._errors():
                 self._jobs = JobsApi(self.address, token=self._token, timeout_s=self.timeout_s)
         return self._jobs

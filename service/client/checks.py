@@ -26,11 +26,11 @@ def preflight_here(cfg: Any, working_dir: Path | None) -> None:
     """The driver's checks that do not need the cluster; data and rewards only when the job runs on
     what is here: the current directory uploaded, every data file in it (else the driver checks
     them on the cluster)."""
-    from service.tasks import build_task
+    from service.tasks import TASKS, build_task
     from service.train import held_out_eval_pairs
 
     check_relations(cfg, driver=False)
-    if working_dir is None or Path.cwd().resolve() != working_dir:
+    if working_dir is None or Path.cwd().resolve() != working_dir or not TASKS[cfg.task.name].checked_at_submit:
         return
     if not all(Path(p).expanduser().is_file() for p in _data_files(cfg)):
         return

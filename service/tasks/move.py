@@ -6,8 +6,8 @@ Positions come from the FEN task's game generator (`data.seed`, `data.min_plies`
 `data.natural`; held out by the same split, `data.eval_size` / `data.eval_seed`). The SFT target
 is the engine's move (searched once, cached on disk; `service.tasks.move_data`). The reward
 (`rewards.move.MoveScorer`) runs one engine process in each reward worker. Held-out figures:
-legal rate, mean centipawn loss of the legal moves, and best-move rate (moves losing nothing
-against the engine's). Without an engine binary the task refuses to start, saying how to install one.
+legal rate, mean centipawn loss (a move that is not legal counting as `max_cp_loss`; also over
+the legal moves alone), and best-move rate (moves losing nothing against the engine's). Without an engine binary the task refuses to start, saying how to install one.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class MoveTask(Task):
     reward: RewardConfig
     engine: EngineConfig
     train_positions: int
+    checked_at_submit = False  # the engine is on the cluster; the submitting machine may lack it
 
     @classmethod
     def check_config(cls, cfg: ServiceConfig) -> str | None:
@@ -80,18 +81,20 @@ class MoveTask(Task):
         return MoveScorer(self.reward, self.engine)
 
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
-        return move_figures(scored)
+        return move_figures(scored, self.engine.max_cp_loss)
 
 
-def move_figures(scored: Sequence[Any]) -> dict[str, float]:
-    """legal_rate, cp_loss_mean (over legal moves; NaN when none is) and best_move_rate of scored moves."""
+def move_figures(scored: Sequence[Any], forfeit_cp: float) -> dict[str, float]:
+    """Held-out figures of scored moves: legal_rate; cp_loss_mean over every position, a move that
+    is not legal counting as `forfeit_cp` (it would lose the game); cp_loss_legal_mean over the
+    legal moves alone (NaN when none is); best_move_rate (moves losing nothing against the engine's)."""
     n = len(scored)
     if n == 0:
         return {}
-    legal = [r for r in scored if r.status == OK and r.components.get("legal") == 1.0]
-    losses = [r.components["cp_loss"] for r in legal]
+    losses = [r.components["cp_loss"] for r in scored if r.status == OK and r.components.get("legal") == 1.0]
     return {
-        "legal_rate": len(legal) / n,
-        "cp_loss_mean": sum(losses) / len(losses) if losses else float("nan"),
+        "legal_rate": len(losses) / n,
+        "cp_loss_mean": (sum(losses) + (n - len(losses)) * forfeit_cp) / n,
+        "cp_loss_legal_mean": sum(losses) / len(losses) if losses else float("nan"),
         "best_move_rate": sum(loss == 0.0 for loss in losses) / n,
     }

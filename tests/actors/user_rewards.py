@@ -99,3 +99,12 @@ class HoldsItsEngine:
             self.engine.acquire()  # never released: this call, and any after it, would wait forever
         self.engine.release()
         return 0.5
+
+
+def sleeps_forever_on_marker(completion: str, target: str) -> float:
+    """Blocks (sleeping, not spinning) forever on a completion containing HANG."""
+    import time
+
+    while HANG in completion:
+        time.sleep(0.05)
+    return 0.5

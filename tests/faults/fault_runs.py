@@ -43,6 +43,7 @@ FAULT_SETS: tuple[str, ...] = (
     "pool.num_workers=2",
     "pool.cpus_per_worker=0.5",
     "pool.min_chunk_size=4",
+    "pool.placement=pool",  # the faults under test are the reward workers': score every step there
     "run.num_cpus=4",
     "run.eval_samples=0",
 )

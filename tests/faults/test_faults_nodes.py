@@ -33,11 +33,11 @@ pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 240.0
 RESTART_TIMEOUT_S = 8.0  # pool.restart_timeout_s of these runs: the bounded wait for a lost worker
-TOTAL_STEPS = 4 + 12
-# FAULT_SETS with 12 GRPO steps, 3 reward workers and the placement of a cluster deployment.
+TOTAL_STEPS = 4 + 20
+# FAULT_SETS with 20 GRPO steps, 3 reward workers and the placement of a cluster deployment.
 NODE_SETS: tuple[str, ...] = (
     *FAULT_SETS,
-    "grpo.steps=12",
+    "grpo.steps=20",
     "pool.num_workers=3",
     "pool.resources.reward_node=1",
     "pool.label_selector.role=reward",
@@ -111,7 +111,7 @@ def test_a_reward_node_killed_mid_run_changes_no_reward(cluster, cluster_referen
     reward_nodes_alive(cluster)
     run_dir = tmp_path / "reward-node-killed"
     with driver_run(train_argv(run_dir, NODE_SETS), tmp_path / "run.log", cluster.env()) as run:
-        run.wait_for_step(6, RUN_TIMEOUT_S)
+        run.wait_for_step(5, RUN_TIMEOUT_S)
         # Two reward slots per node for three workers: one node holds two. Kill that one; the
         # survivor has room to restart one of them, so the run goes on with 2 of 3.
         hosts = Counter(alive_actors(cluster)["RewardWorker"])

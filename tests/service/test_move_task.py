@@ -67,9 +67,14 @@ def test_held_out_figures_from_scored_moves():
     legal = [ScoreResult(0.9, {"legal": 1.0, "quality": 0.8, "cp_loss": 25.0}, OK),
              ScoreResult(1.0, {"legal": 1.0, "quality": 1.0, "cp_loss": 0.0}, OK)]  # fmt: skip
     bad = [ScoreResult(0.2, {"legal": 0.0}, "invalid"), ScoreResult.failed("timeout", "slow")]
-    figures = move_figures(legal + bad)
-    assert figures == {"legal_rate": 0.5, "cp_loss_mean": 12.5, "best_move_rate": 0.25}
-    assert math.isnan(move_figures(bad)["cp_loss_mean"]) and move_figures([]) == {}
+    figures = move_figures(legal + bad, forfeit_cp=1000.0)
+    assert figures == {
+        "legal_rate": 0.5,
+        "cp_loss_mean": 506.25,
+        "cp_loss_legal_mean": 12.5,
+        "best_move_rate": 0.25,
+    }
+    assert math.isnan(move_figures(bad, 1000.0)["cp_loss_legal_mean"]) and move_figures([], 1000.0) == {}
 
 
 def test_without_an_engine_the_run_refuses_to_start_in_one_line(tmp_path):
@@ -96,6 +101,8 @@ def test_move_smoke_runs_end_to_end_with_the_move_figures(tmp_path, move_cache):
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
-    assert evals and all({"legal_rate", "cp_loss_mean", "best_move_rate"} <= set(e) for e in evals)
+    assert evals and all(
+        {"legal_rate", "cp_loss_mean", "cp_loss_legal_mean", "best_move_rate"} <= set(e) for e in evals
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded"

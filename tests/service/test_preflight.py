@@ -169,3 +169,15 @@ def test_reward_modules_outside_the_working_dir_are_shipped_or_refused(tmp_path,
     missing = load_config("smoke", overrides=["reward.user=[{fn: 'nopkg_here.mod:fn'}]"])
     with pytest.raises(ValueError, match="module 'nopkg_here' cannot be imported on this machine"):
         modules_to_ship(missing, REPO)
+
+
+def test_submit_leaves_an_engine_task_to_the_cluster(monkeypatch):
+    from service.client.submission import build_submission
+
+    monkeypatch.chdir(REPO)
+    # No engine at that path here; the cluster's image has one: the submission is built anyway.
+    submission = build_submission(
+        run_id="move-1", preset="move-smoke", config_file=None, overrides=["task.engine.path=/nonexistent/stockfish"],
+        run_dir=None, working_dir=REPO, env_vars=None,
+    )  # fmt: skip
+    assert "--preset move-smoke" in submission.entrypoint

@@ -26,6 +26,7 @@ def _cfg(**kw) -> PoolConfig:
     return PoolConfig(**{"name_prefix": f"wait-{uuid.uuid4().hex[:6]}", "num_workers": 2, **kw})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fn", "threads"), [("waits_20ms", False), ("blocks_20ms", True)])
 def test_waiting_rewards_score_side_by_side(fn, threads):
     reward = _user(fn, threads=threads)

@@ -50,6 +50,10 @@ HEADLINE_KEYS = {
     "hf_completions_per_s",
     "hf_vs_builtin",
     "hf_vs_peer",
+    "pool2_vs_inprocess_1ms",
+    "reward_wait_fraction_io20ms",
+    "inline_reward_fraction_io20ms",
+    "auto_vs_best",
 }
 
 

@@ -1,0 +1,72 @@
+"""pool.placement: auto measures both sides and keeps the cheaper; in process keeps the pool's
+statuses and guard, and a reward that overruns the deadline in process hands over to the pool."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from actors.pool.config import PoolConfig
+from actors.pool.placement import PlacedRewards
+from actors.pool.reward_pool import RewardPool
+from rewards import TIMEOUT, RewardConfig, Scorer
+from rewards.config import UserRewardSpec
+from service.bench.pool_workload import realistic_batch
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def _cfg(**kw) -> PoolConfig:
+    return PoolConfig(**{"name_prefix": f"place-{uuid.uuid4().hex[:6]}", "num_workers": 2, **kw})
+
+
+def _steps(placed: PlacedRewards, batches, per_step: int = 2):
+    """GRPO-like steps: a few submits (micro-batches), then one collect."""
+    out = []
+    for completions, targets in batches:
+        size = len(completions) // per_step
+        tickets = [
+            placed.submit(completions[i : i + size], targets[i : i + size])
+            for i in range(0, len(completions), size)
+        ]
+        out.append(placed.collect(tickets))
+    return out
+
+
+def test_auto_keeps_the_fen_reward_in_process_and_a_waiting_reward_on_the_pool():
+    batches = [realistic_batch(64, seed=s) for s in range(6)]
+    lines: list[str] = []
+    fen = Scorer()
+    with RewardPool.create(fen, _cfg(), run_id="place-fen") as pool:
+        placed = PlacedRewards(pool, fen, "auto", log=lines.append)
+        steps = _steps(placed, batches)
+    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert placed.decisions[0]["where"] == "inline" and "ms/item in process" in lines[0]
+    for (completions, targets), step in zip(batches, steps, strict=True):
+        assert step.values == [
+            r.total for r in fen.score_batch(completions, targets)
+        ]  # same rewards either side
+    waiting = Scorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:waits_20ms")]))
+    with RewardPool.create(waiting, _cfg(concurrency_per_worker=64), run_id="place-io") as pool:
+        placed = PlacedRewards(pool, waiting, "auto", log=lines.append)
+        steps = _steps(placed, batches[:5])
+    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert placed.decisions[-1]["pool_ms_per_item"] < placed.decisions[-1]["inline_ms_per_item"]
+
+
+@pytest.mark.slow
+def test_a_reward_that_overruns_in_process_hands_over_to_the_pool():
+    reward = RewardConfig(user=[UserRewardSpec(fn="user_rewards:sleeps_forever_on_marker")])
+    scorer = Scorer(reward)
+    fen = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
+    cfg = _cfg(chunk_size=8, min_chunk_size=2, split_parts=4, chunk_timeout_s=1.0, max_retries=0)
+    with RewardPool.create(scorer, cfg, run_id="place-hang") as pool:
+        placed = PlacedRewards(pool, scorer, "inline", log=lambda line: None)
+        completions = [fen] * 7 + ["HANG " + fen]
+        step = placed.collect([placed.submit(completions, [fen] * 8)])
+        assert step.statuses == ["ok"] * 7 + [TIMEOUT]
+        assert placed.where == "pool" and "pool.chunk_timeout_s=1s" in placed.decisions[-1]["why"]
+        again = placed.collect([placed.submit([fen] * 4, [fen] * 4)])
+        assert again.statuses == ["ok"] * 4 and again.stats["placement_inline"] == 0.0
+        placed.shutdown()
