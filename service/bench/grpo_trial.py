@@ -293,6 +293,8 @@ def run_trial(
         "torch_threads": torch.get_num_threads(),
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
     }
+    if isinstance(source, PlacedRewards):
+        runtime["placement_decisions"] = source.decisions
     return {**summarise_steps(records), **peak, "runtime": runtime}
 
 

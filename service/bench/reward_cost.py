@@ -56,6 +56,7 @@ class RewardCostPlan:
     grpo_warmup: int = 1
     max_new_tokens: int = 64
     engine_positions: int = 32
+    max_cpu_workers: int = 16  # CPU-bound rewards stop at this pool size (past the cores they only queue)
 
 
 def _reward(spec: str | None) -> RewardConfig:
@@ -91,6 +92,8 @@ def _alone(plan: RewardCostPlan, scorer: Scorer, items: tuple[list, list, list |
     )["in process"]
     out = {"in process": [t * n / m for t in inline]}
     for w in plan.worker_counts:
+        if w > plan.max_cpu_workers and not scorer.concurrent:
+            continue
         with RewardPool.create(scorer, _pool_cfg(w, plan.concurrency, prefix), run_id=prefix) as pool:
             out[f"pool w={w}"] = interleaved_times(
                 {"pool": lambda r, p=pool: p.collect([p.submit(completions, targets, fields=fields)])},
@@ -176,9 +179,8 @@ def _alone_table(
     for cost, times in alone.items():
         n = plan.items if not cost.startswith("engine") else int(cost.split("(")[1].split()[0])
         inline = median(times["in process"])
-        rows.append(
-            [cost, inline * 1e3 / n, *(inline / median(times[f"pool w={w}"]) for w in plan.worker_counts)]
-        )
+        pools = (times.get(f"pool w={w}") for w in plan.worker_counts)
+        rows.append([cost, inline * 1e3 / n, *(inline / median(t) if t else "-" for t in pools)])
     add_table(
         section, f"Reward alone: {plan.items:,} items (speed-up = in-process time / pool time)", columns, rows
     )
