@@ -32,7 +32,7 @@ from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, median
 from trainer.data.chess_games import generate_pairs
 
-TITLE = "6. Reward cost: inline or on the pool"
+TITLE = "8. Reward cost: inline or on the pool"
 HEADLINE = (
     "pool2_vs_inprocess_1ms",
     "reward_wait_fraction_io20ms",
