@@ -157,7 +157,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.rewards())
+            metrics = self.trainer.grpo_step(pairs, self.rewards(), refill=lambda t: data.refill(step, t))
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
 

@@ -176,7 +176,13 @@ def toy_plan() -> BenchPlan:
         sampling=SamplingPlan(sizes=("tiny",), max_new_tokens=8, repeats=1, warmup=1),
         train_step=TrainStepPlan(cpu_sizes=("tiny",), cpu_batch=(4, 16), steps=1, warmup=1),
         grpo=GRPOPlan(
-            steps=1, warmup=0, baseline_steps=1, sft_steps=2, extras=False, max_new_tokens=12, unshipped_rows=False
+            steps=1,
+            warmup=0,
+            baseline_steps=1,
+            sft_steps=2,
+            extras=False,
+            max_new_tokens=12,
+            unshipped_rows=False,
         ),
         hf=HFPlan(steps=1, warmup=0, prompts=2, group_size=2, max_new_tokens=8),
     )
