@@ -72,6 +72,14 @@ def alive_actors(c: LocalCluster) -> dict[str, list[str]]:
     return found
 
 
+def reward_actors(c: LocalCluster) -> list:
+    """Every RewardWorker actor the cluster has had (alive or dead), from Ray's state API."""
+    from ray.util.state import list_actors
+
+    filters = [("class_name", "=", "RewardWorker")]
+    return list_actors(address=c.dashboard_url, filters=filters, limit=1000, detail=True)
+
+
 def reward_nodes_alive(c: LocalCluster, want: int = 2) -> list[str]:
     """Names of the live reward nodes, adding fresh ones until there are `want`."""
     alive = [name for name, node in c.nodes.items() if name.startswith("reward") and node.proc.poll() is None]
@@ -128,7 +136,11 @@ def test_a_reward_node_killed_mid_run_changes_no_reward(cluster, cluster_referen
     rewards = [(r["step"], r.get("reward_mean")) for r in rows]
     expected = [(r["step"], r.get("reward_mean")) for r in read_rows(reference.run_dir / "metrics.jsonl")]
     assert rewards == expected, first_difference(expected, rewards)
-    assert sum(r.get("scorer_worker_restarts", 0) for r in rows) >= 1  # one came back on the survivor
+    # Ray restarted one of the two on the survivor (the one without a call in flight may come back
+    # before the pool ever saw it gone), as its state API shows.
+    survivor = next(name for name in hosts if name != victim)
+    restarted = [cluster.node_named(a.node_id) for a in reward_actors(cluster) if a.num_restarts >= 1]
+    assert survivor in restarted, (survivor, restarted)
     # Said three ways: the step records (metric), a console line, the client's pool health.
     assert rows[-1]["pool_workers_alive"] == 2 and rows[-1]["pool_workers"] == 3, rows[-1]
     assert "2 of 3 reward workers take work" in output
