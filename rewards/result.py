@@ -2,7 +2,7 @@
 
 A `ScoreResult` is small, frozen and picklable so that lists of them travel cheaply through
 Ray's object store. `total` is meaningful for the scoring statuses (`ok`, `invalid`,
-`unparsable`, `too_long`); `error`, `timeout` and `bad_input` mark a result that carries no
+`unparsable`, `too_long`); `error`, `timeout`, `bad_input` and `skipped` mark a result that carries no
 reward at all (its total is 0 only as a placeholder and must not be trained on).
 """
 
@@ -17,8 +17,9 @@ TOO_LONG = "too_long"  # longer than max_chars after stripping; nothing else com
 BAD_INPUT = "bad_input"  # completion or target is not a str
 ERROR = "error"  # a reward function raised or returned a non-finite / non-number value
 TIMEOUT = "timeout"  # assigned by the reward pool when scoring did not finish in time
+SKIPPED = "skipped"  # a user reward returned None: no reward; the trainer drops the item's group
 
-STATUSES: tuple[str, ...] = (OK, INVALID, UNPARSABLE, TOO_LONG, BAD_INPUT, ERROR, TIMEOUT)
+STATUSES: tuple[str, ...] = (OK, INVALID, UNPARSABLE, TOO_LONG, BAD_INPUT, ERROR, TIMEOUT, SKIPPED)
 # Statuses whose total is a real reward; the others mean "no reward for this item".
 USABLE_STATUSES: frozenset[str] = frozenset({OK, INVALID, UNPARSABLE, TOO_LONG})
 

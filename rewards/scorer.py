@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from rewards.config import BUILTIN_COMPONENTS, RewardConfig, UserRewardSpec
 from rewards.fen import fen_validity, similarity
 from rewards.registry import RewardFn, resolve_reward
-from rewards.result import BAD_INPUT, ERROR, OK, TOO_LONG, ScoreResult
+from rewards.result import BAD_INPUT, ERROR, OK, SKIPPED, TOO_LONG, ScoreResult
 from rewards.signature import RewardParams, reward_args, reward_params
 
 ValidityFn = Callable[[str], tuple[float, str]]
@@ -50,6 +50,10 @@ class UserReward(NamedTuple):
 
 class UserRewardError(Exception):
     """A user reward raised or returned something other than a finite number."""
+
+
+class RewardSkipped(UserRewardError):
+    """A user reward returned None: it declines to score the item (status `skipped`)."""
 
 
 class Scorer:
@@ -190,6 +194,8 @@ class Scorer:
             return ScoreResult.failed(BAD_INPUT, f"{which} must be a str, got {type(bad).__name__}")
         try:
             return self._score_str(completion.strip(), target, fields, validity_fn, done or {})
+        except RewardSkipped as exc:  # the reward declines to judge this item: no reward, never a 0
+            return ScoreResult.failed(SKIPPED, str(exc))
         except UserRewardError as exc:
             return ScoreResult.failed(ERROR, str(exc))
         except Exception as exc:  # a scorer bug must surface as a counted error, never a crash or a 0
@@ -263,7 +269,9 @@ def user_args(user: UserReward, completion: str, target: Any, fields: Fields) ->
 
 
 def checked_value(user: UserReward, value: Any) -> float:
-    """`value` as a float; UserRewardError when it is not a finite number."""
+    """`value` as a float; RewardSkipped for None; UserRewardError when it is not a finite number."""
+    if value is None:
+        raise RewardSkipped(f"user reward {user.name!r} returned None: the item is skipped")
     if not isinstance(value, numbers.Real):
         raise UserRewardError(
             f"user reward {user.name!r} returned {type(value).__name__} {value!r:.80}, not a number"

@@ -35,6 +35,7 @@ from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.run_files import CHECKPOINT_DIR
 from service.tasks import Task
+from trainer.checkpoint import CheckpointWriteError, write_failure_message
 from trainer.data.pairs import Pair
 from trainer.schedule import Schedule
 
@@ -272,7 +273,7 @@ class RunDriver:
             self._drain(control)
         self._drain(control)
         if self._error is not None:
-            return "failed", self.recorder.error or failure_reason(self._error)
+            return "failed", self.recorder.error or self._failure_reason(self._error)
         if self.recorder.last_step >= self.recorder.total_steps:
             return "succeeded", None
         return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")
@@ -283,6 +284,15 @@ class RunDriver:
 
         path = export_finished_run(str(self.cfg.run.run_dir))
         self.recorder.print(f"[export] {path} (AutoModelForCausalLM.from_pretrained loads it)")
+
+    def _failure_reason(self, exc: BaseException) -> str:
+        """Why fit() failed; a failure of the checkpoint storage outside the workers (Ray Train's
+        controller writing its own records there) is named as one, like a worker's write failure."""
+        reason, root = failure_reason(exc), str(checkpoint_root(self.cfg))
+        if root not in reason:
+            return reason
+        last = self.recorder.last_checkpoint
+        return f"{CheckpointWriteError.__name__}: " + write_failure_message("checkpoints", root, reason, last)
 
     def _fit(self, trainer: Any) -> None:
         try:

@@ -44,6 +44,16 @@ class CheckpointWriteError(CheckpointError):
     """A checkpoint could not be written to its storage (disk full, permission denied, path gone)."""
 
 
+def write_failure_message(what: str, where: str, why: str, last_good: str | None) -> str:
+    """One line for a storage failure: what could not be written, where, why, and what the run does
+    (it stops: a run never trains on without checkpoints)."""
+    return (
+        f"{what} could not be written to {where} ({why}); the run stops rather than train on without "
+        f"checkpoints; the last good checkpoint is {last_good or 'none'}: fix the storage, then "
+        "continue with --resume"
+    )
+
+
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 

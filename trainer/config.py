@@ -45,7 +45,8 @@ class LoraConfig(Frozen):
     alpha: float = Field(16.0, gt=0.0, description="scaling numerator (the update is alpha / r * B A)")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input")
     target_modules: list[str] | str = Field(
-        "all-linear", description="module names to adapt (e.g. [q_proj, v_proj]); 'all-linear': every linear layer"
+        "all-linear",
+        description="module names to adapt (e.g. [q_proj, v_proj]); 'all-linear': every linear layer",
     )
 
 
@@ -57,7 +58,8 @@ class ModelConfig(Frozen):
     n_layer/n_head/n_embd unless they are given); `source: hf` a `transformers` causal LM."""
 
     source: Literal["builtin", "hf"] = Field(
-        "builtin", description="builtin: the bundled character GPT; hf: a transformers causal LM from model.path"
+        "builtin",
+        description="builtin: the bundled character GPT; hf: a transformers causal LM from model.path",
     )
     path: str | None = Field(
         None,
@@ -69,7 +71,9 @@ class ModelConfig(Frozen):
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
         "sdpa", description="hf: attention kernel (flash_attention_2 needs flash-attn, on GPUs)"
     )
-    lora: LoraConfig | None = Field(None, description="hf: train LoRA adapters instead of every weight (peft)")
+    lora: LoraConfig | None = Field(
+        None, description="hf: train LoRA adapters instead of every weight (peft)"
+    )
     adapter_path: str | None = Field(None, description="hf: a saved peft adapter to start from")
     reference: Literal["base", "adapter"] = Field(
         "base",
@@ -109,9 +113,13 @@ class ModelConfig(Frozen):
         if self.source == "builtin":
             for key in HF_ONLY_KEYS:
                 if getattr(self, key) not in (None, False, "sdpa"):
-                    raise ValueError(f"model.{key} is read only with model.source=hf; remove it or set source: hf")
+                    raise ValueError(
+                        f"model.{key} is read only with model.source=hf; remove it or set source: hf"
+                    )
         if self.reference == "adapter" and not (self.lora is not None and self.adapter_path):
-            raise ValueError("model.reference=adapter needs model.lora and model.adapter_path (the frozen adapter)")
+            raise ValueError(
+                "model.reference=adapter needs model.lora and model.adapter_path (the frozen adapter)"
+            )
         if self.adapter_path and self.lora is None:
             raise ValueError("model.adapter_path needs model.lora (the adapter's settings are read from it)")
         return self
@@ -235,6 +243,13 @@ class GRPOConfig(Frozen):
     )
     on_unusable_reward: Literal["drop_group", "fail"] = Field(
         "drop_group", description="a group with a timed-out or errored reward: drop it from the loss, or fail"
+    )
+    dynamic_sampling_tries: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="when dropped groups leave fewer than prompts_per_step groups with a signal, sample up "
+        "to this many more batches of prompts_per_step prompts (DAPO dynamic sampling); 0: off",
     )
     eval_every: int = Field(20, ge=1)
     eval_k: int = Field(

@@ -27,9 +27,10 @@ from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.evaluation import figures_by_group, normalise_scores, sampled_figures, summarise_eval
+from trainer.grpo.dynamic import Batch, fill_batch
 from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
 from trainer.grpo.selection import GroupSelection, select_groups
-from trainer.grpo.shaping import mask_rows, shape_rewards
+from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
@@ -163,7 +164,9 @@ class Trainer:
         """One optimiser step of teacher-forced cross-entropy on `pairs` (objects with .prompt/.target)."""
         start = time.perf_counter()
         opt = self.optimizer("sft")
-        batch = build_sft_batch(self.local_share(pairs), self.tokenizer, self.device, self.policy.max_positions)
+        batch = build_sft_batch(
+            self.local_share(pairs), self.tokenizer, self.device, self.policy.max_positions
+        )
         total_tokens = float(reduce_on(torch.tensor([float(batch.num_tokens)]), self.device)[0])
         self.train_model.train()
         opt.zero_grad()
@@ -232,22 +235,59 @@ class Trainer:
             if moved:
                 ref.module.to("cpu")
 
-    def grpo_step(self, pairs: Sequence[Any], rewards: RewardSource) -> dict[str, float]:
-        """Sample K completions per pair, score them through `rewards`, and make grpo.passes updates."""
+    def grpo_step(
+        self,
+        pairs: Sequence[Any],
+        rewards: RewardSource,
+        refill: Callable[[int], Sequence[Any]] | None = None,
+    ) -> dict[str, float]:
+        """Sample K completions per pair, score them through `rewards`, and make the step's updates.
+
+        refill(t): round t's extra prompts (as many as `pairs`, every rank the same list) for
+        dynamic sampling (`grpo.dynamic_sampling_tries`; `trainer.grpo.dynamic`).
+        """
         start = time.perf_counter()
         timer = PhaseTimer(self.device)
+        batch = self._draw(pairs, rewards, timer, 0)
+        rounds = 0
+        if self.cfg.grpo.dynamic_sampling_tries and refill is not None:
+            batch, rounds, _ = fill_batch(
+                batch,
+                len(pairs),
+                self.cfg.grpo.dynamic_sampling_tries,
+                lambda t: self._draw(refill(t), rewards, timer, (t + 1) * len(pairs)),
+                lambda b: int(
+                    reduce_on(
+                        torch.tensor(
+                            [self._selection(b.rollouts, b.scored, b.ref)[1].kept_groups], dtype=torch.float64
+                        ),
+                        self.device,
+                    )[0]
+                ),
+            )
+        host = self.grpo_update(batch.rollouts, batch.scored, batch.ref, timer)
+        host.update(timer.seconds)
+        host["refill_rounds"] = float(rounds)
+        host["refill_prompts"] = float(rounds * len(pairs))
+        host["step_time_s"] = time.perf_counter() - start
+        host["completions_per_s"] = host["completions"] / host["step_time_s"]
+        return host
+
+    def _groups_with_signal(self, batch: Batch) -> int:
+        """Groups of `batch` left in the policy term, summed over ranks."""
+        kept = self._selection(batch.rollouts, batch.scored, batch.ref)[1].kept_groups
+        return int(reduce_on(torch.tensor([float(kept)]), self.device)[0])
+
+    def _draw(self, pairs: Sequence[Any], rewards: RewardSource, timer: PhaseTimer, offset: int) -> Batch:
+        """This rank's share of `pairs` sampled, referenced and scored (prompt numbers from `offset`)."""
         local = self.local_share(pairs)
         with timer.phase("sample_s"):
-            rollouts, tickets = self.sample(local, rewards, first_index=self.rank * len(local))
+            rollouts, tickets = self.sample(local, rewards, first_index=offset + self.rank * len(local))
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
             scored = rewards.collect(tickets)
-        host = self.grpo_update(rollouts, scored, ref_logprobs, timer)
-        host.update(timer.seconds)
-        host["step_time_s"] = time.perf_counter() - start
-        host["completions_per_s"] = host["completions"] / host["step_time_s"]
-        return host
+        return Batch(rollouts, scored, ref_logprobs)
 
     def update_context(self) -> UpdateContext:
         return UpdateContext(
@@ -261,9 +301,19 @@ class Trainer:
             shuffle_seed=derived_seed(self.cfg.seed, -3, self.rank, self.grpo_steps),
         )
 
-    def _select(self, scored: Rewards) -> GroupSelection:
+    def _selection(
+        self, rollouts: Sequence[Rollout], scored: Rewards, ref_logprobs: list[Tensor] | None
+    ) -> tuple[Shaped, GroupSelection]:
+        """Rewards shaped (overlong, KL in the reward), groups selected, truncated rows masked."""
+        cfg = self.cfg.grpo
+        shaped = shape_rewards(
+            cfg, rollouts, scored, ref_logprobs, self.tokenizer.eos_id, self.cfg.sampling.max_new_tokens
+        )
         reduce = (lambda t: reduce_on(t, self.device)) if self.world > 1 else None
-        return select_groups(scored, self.cfg.sampling.group_size, self.cfg.grpo, reduce)
+        sel = select_groups(shaped.rewards, self.cfg.sampling.group_size, cfg, reduce)
+        if cfg.overlong == "mask":
+            sel = mask_rows(sel, shaped.truncated)
+        return shaped, sel
 
     def grpo_update(
         self,
@@ -280,12 +330,7 @@ class Trainer:
         cfg = self.cfg.grpo
         if ref_logprobs is None and cfg.beta > 0:
             ref_logprobs = self.reference_logprobs(rollouts)
-        shaped = shape_rewards(
-            cfg, rollouts, scored, ref_logprobs, self.tokenizer.eos_id, self.cfg.sampling.max_new_tokens
-        )
-        sel = self._select(shaped.rewards)
-        if cfg.overlong == "mask":
-            sel = mask_rows(sel, shaped.truncated)
+        shaped, sel = self._selection(rollouts, scored, ref_logprobs)
         in_loss = ((sel.row_weight > 0) | (sel.kl_weight > 0)).sum().reshape(1).float()
         kept_rows = float(reduce_on(in_loss, self.device)[0])
         loss_ref = ref_logprobs if cfg.kl_placement == "loss" else None
@@ -304,10 +349,13 @@ class Trainer:
         if kept_rows == 0:
             host.update(skip_record(sel))
         host.update(
-            reward_mean=_finite_or_none(shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)),
+            reward_mean=_finite_or_none(
+                shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)
+            ),
             zero_var_frac=sel.zero_var_groups / sel.num_groups,
             dropped_groups=float(sel.dropped_groups),
             unusable_groups=float(sel.unusable_groups),
+            skipped_groups=float(sel.skipped_groups),
             groups=float(sel.num_groups),
             completions=float(n_rows),
             reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,

@@ -39,6 +39,7 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
     step_dir_name,
+    write_failure_message,
 )
 from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
@@ -156,7 +157,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.rewards())
+            metrics = self.trainer.grpo_step(pairs, self.rewards(), refill=lambda t: data.refill(step, t))
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
 
@@ -254,7 +255,10 @@ class WorkerLoop:
         except CheckpointWriteError:
             raise
         except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]  # one line, even for pyarrow's
+            # Ray may wrap the OS error, or only find its storage marker gone: then ask the OS directly.
+            cause = _os_error_in(exc)
+            why = f"{type(cause).__name__}: {cause}" if cause else _storage_problem(self.spec.checkpoint_dir)
+            what = " ".join((why or f"{type(exc).__name__}: {exc}").split())[:600]  # one line
             raise CheckpointWriteError(self._write_failure(step, what)) from exc
         finally:
             if staging is not None:
@@ -270,15 +274,9 @@ class WorkerLoop:
         if not manifest.is_file():
             raise CheckpointWriteError(self._write_failure(step, f"{manifest} is missing after the write"))
 
-    def _write_failure(self, step: int, what: str) -> str:
-        """One line: which checkpoint, where, why, and what the run does about it."""
+    def _write_failure(self, step: int, why: str) -> str:
         where = self.spec.checkpoint_dir or "Ray Train's storage"
-        last = self._last_good or "none"
-        return (
-            f"checkpoint {step_dir_name(step)} could not be written to {where} ({what}); the run stops "
-            f"rather than train on without checkpoints; the last good checkpoint is {last}: fix the "
-            "storage, then continue with --resume"
-        )
+        return write_failure_message(f"checkpoint {step_dir_name(step)}", where, why, self._last_good)
 
     def _wait_recorded(self, step: int) -> None:
         """Until the driver has written every record published so far: a checkpoint then never
@@ -303,6 +301,29 @@ class WorkerLoop:
         self._last_good = step_dir_name(self._last_checkpoint)
         self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
         return int(extra["step"])
+
+
+def _storage_problem(directory: str | None) -> str | None:
+    """What the OS answers when a file is created in `directory` (None: it can be, or no directory)."""
+    if directory is None:
+        return None
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The innermost OSError in an exception's chain of causes, if any (disk full, permission, ...)."""
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError):
+            found = exc
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def load_verified(path: Path) -> tuple[dict, dict]:

@@ -16,6 +16,9 @@ from trainer.data.pairs import Pair
 from trainer.distributed import shard
 from trainer.schedule import Schedule
 
+REFILL_BASE = 1 << 40  # stream indices of dynamic sampling's extra prompts start here
+MAX_REFILL_ROUNDS = 16  # grpo.dynamic_sampling_tries is at most this
+
 
 class StepPairs(Sequence):
     """The pairs of one step as a lazy sequence: items are generated when read, then kept."""
@@ -64,6 +67,14 @@ class StepData:
         more = step < self._schedule.total
         self._next = (step + 1, self._pool.submit(self._build, step + 1)) if more else None
         return pairs
+
+    def refill(self, step: int, attempt: int) -> StepPairs:
+        """Round `attempt` of dynamic sampling's extra prompts for `step` (this rank's share generated):
+        as many as the step has, from a region of the stream that the schedule never reaches, so a
+        resumed run draws the same ones."""
+        _, _, count = self._schedule.step_window(step)
+        first = REFILL_BASE + (step * MAX_REFILL_ROUNDS + attempt) * count
+        return StepPairs(first, count, self._source).fill(self._rank, self._world)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

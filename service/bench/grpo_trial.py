@@ -47,7 +47,9 @@ class PerRowPrefillTrainer(Trainer):
     """The trainer with the KV cache but no shared prefill: each prompt is repeated K times and
     prefilled once per row (the ablation step between "no cache" and the trainer as it is)."""
 
-    def sample(self, pairs: Sequence[Any], rewards: Any) -> tuple[list[Rollout], list[Any]]:
+    def sample(
+        self, pairs: Sequence[Any], rewards: Any, first_index: int = 0
+    ) -> tuple[list[Rollout], list[Any]]:
         cfg = self.cfg.sampling
         k, single = cfg.group_size, cfg.model_copy(update={"group_size": 1})
         rollouts, tickets = [], []
@@ -132,8 +134,8 @@ class RolloutLog:
         self.rollouts: list[Rollout] = []
         sample = trainer.sample
 
-        def observed(pairs: Sequence[Any], rewards: Any) -> tuple[list[Rollout], list[Any]]:
-            rollouts, tickets = sample(pairs, rewards)
+        def observed(pairs: Sequence[Any], rewards: Any, **kwargs: Any) -> tuple[list[Rollout], list[Any]]:
+            rollouts, tickets = sample(pairs, rewards, **kwargs)
             self.rollouts += rollouts
             return rollouts, tickets
 
@@ -293,6 +295,8 @@ def run_trial(
         "torch_threads": torch.get_num_threads(),
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
     }
+    if isinstance(source, PlacedRewards):
+        runtime["placement_decisions"] = source.decisions
     return {**summarise_steps(records), **peak, "runtime": runtime}
 
 

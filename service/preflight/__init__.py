@@ -87,7 +87,7 @@ def check_run(
     trial = try_rewards(task.scorer(), list(train_pairs or eval_set), cfg.pool)
     cost = trial.mean_cost
     pool = chunks_for_cost(cfg.pool, cost)
-    if pool is not cfg.pool:
+    if pool.chunk_size < cfg.grpo.prompts_per_step * cfg.sampling.group_size:  # a step's calls change
         log(
             f"[reward] {cost:.3g}s per item (mean of {len(trial.costs_s)} sample items): calls of at most "
             f"{pool.chunk_size} items, a quarter of pool.chunk_timeout_s ({pool.chunk_timeout_s:g}s)"

@@ -34,3 +34,19 @@ AFTER_E4 = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"
 def test_tier(fen, tier):
     value, status = fen_validity(fen)
     assert status == tier and value == {"ok": 1.0, "invalid": 0.5, "unparsable": 0.0}[tier]
+
+
+def test_a_user_reward_returning_none_skips_the_item(tmp_path, monkeypatch):
+    import sys
+
+    from rewards import SKIPPED, build_scorer
+
+    (tmp_path / "skipper.py").write_text(
+        "def judge(completion, target):\n    return None if 'x' in completion else 1.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("skipper", None)
+    scorer = build_scorer({"user": [{"fn": "skipper:judge", "weight": 1.0}]})
+    skipped, scored = scorer.score_batch(["x", START], [START, START])
+    assert skipped.status == SKIPPED and not skipped.usable and "returned None" in skipped.reason
+    assert scored.status == "invalid" and scored.usable

@@ -8,7 +8,7 @@ from rewards import ERROR, OK, STATUSES, TIMEOUT, ScoreResult
 
 
 def test_status_constants_are_exported_once():
-    assert STATUSES == ("ok", "invalid", "unparsable", "too_long", "bad_input", "error", "timeout")
+    assert STATUSES == ("ok", "invalid", "unparsable", "too_long", "bad_input", "error", "timeout", "skipped")
     assert [getattr(rewards, name.upper()) for name in STATUSES] == list(STATUSES)
 
 

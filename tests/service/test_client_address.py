@@ -134,6 +134,7 @@ def test_a_server_that_is_not_ray_is_one_line(html: bool, capsys):
         server.shutdown()
 
 
+@pytest.mark.slow  # a job uploading the checkout and starting the trainer
 def test_resume_submits_a_new_job_that_continues_the_run(live_run: RayHead, dead_env: str):
     client = TrainingClient(live_run.address, token=live_run.token)
     with pytest.raises(UnknownRun):

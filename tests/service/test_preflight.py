@@ -91,7 +91,9 @@ def test_refused_before_anything_starts(capsys, tmp_path, sets, expected):
 
 def test_a_slow_reward_beyond_the_items_deadline_is_refused(capsys, tmp_path, monkeypatch):
     # 0.2 s an item (examples/rewards) against a deadline of 0.05 s for an item.
-    err = _refused(capsys, tmp_path, _reward("slow"), "pool.chunk_timeout_s=0.05", "pool.collect_timeout_s=600")
+    err = _refused(
+        capsys, tmp_path, _reward("slow"), "pool.chunk_timeout_s=0.05", "pool.collect_timeout_s=600"
+    )
     assert "took longer than 0.05s" in err
 
 

@@ -151,5 +151,8 @@ def test_the_summary_and_its_last_lines_count_groups_dropped_for_reward_failures
     assert (summary["reward_failed_groups"], summary["groups"], summary["skipped_steps"]) == (7, 12, 1)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["reward_failed_groups"] == 7
-    assert "rewards failed in 7 of 12 GRPO groups (dropped from the loss); 1 steps without an update" in out.getvalue()
+    assert (
+        "rewards failed in 7 of 12 GRPO groups (dropped from the loss); 1 steps without an update"
+        in out.getvalue()
+    )
     assert "skipped: no update: all 4 groups dropped" in out.getvalue()

@@ -14,7 +14,13 @@ def _finished_run(tmp_path):
     run_dir.mkdir()
     cfg = load_config("smoke", overrides=["run.name=done", f"run.run_dir={run_dir}"])  # 6 SFT + 4 GRPO steps
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
-    summary = {"status": "succeeded", "steps": 10, "total_steps": 10, "wall_time_s": 17.07, "last_checkpoint": "step_000010"}
+    summary = {
+        "status": "succeeded",
+        "steps": 10,
+        "total_steps": 10,
+        "wall_time_s": 17.07,
+        "last_checkpoint": "step_000010",
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 

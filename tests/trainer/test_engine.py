@@ -190,5 +190,7 @@ def test_cpu_compiled_training_and_decoding_step_like_eager():
     for eager, compiled in zip(*metrics, strict=True):
         assert compiled["tokens"] == eager["tokens"] and compiled["reward_mean"] == eager["reward_mean"]
         assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4, abs=1e-6)
+    # Adam's first steps move a weight by about lr whatever its gradient's size, so rounding in a
+    # near-zero gradient can move one weight by a few 1e-5 (lr is 1e-3): allow a tenth of lr.
     for a, b in zip(*(_params(t) for t in trainers), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

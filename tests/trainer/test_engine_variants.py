@@ -107,3 +107,43 @@ def test_config_names_the_key():
         cfg(kl_placement="reward", beta=0.0)
     with pytest.raises(ValueError, match="alias"):
         cfg(passes=2, epochs=3)
+
+
+def test_a_skipped_reward_drops_its_group_and_is_counted_never_zero():
+    from trainer.grpo.reward_source import Rewards
+
+    def skip_pair_1(completions, targets):
+        values = char_match(completions, targets)
+        skipped = [t == "cd" for t in targets]
+        statuses = ["skipped" if s else "ok" for s in skipped]
+        return Rewards(values=values, usable=[not s for s in skipped], statuses=statuses)
+
+    for on_unusable in ("drop_group", "fail"):  # a skip is never a failure
+        trainer = Trainer(cfg(zero_var_groups="keep", on_unusable_reward=on_unusable), TOKENIZER)
+        m = trainer.grpo_step(PAIRS, InlineRewards(skip_pair_1))
+        assert m["skipped_groups"] == 1 and m["dropped_groups"] == 1 and m["empty_update"] == 0
+
+
+def test_dynamic_sampling_refills_dropped_groups_within_its_bound():
+    # only prompts whose target starts with "g" give rewards that vary: the others are dropped
+    def only_g(completions, targets):
+        return [
+            char_match([c], [t])[0] if t.startswith("g") else 0.0
+            for c, t in zip(completions, targets, strict=True)
+        ]
+
+    extra = [[Pair("e4 e5", "gh"), Pair("d4", "gd"), Pair("c4", "ef"), Pair("g3", "gg")]] * 5
+    asked = []
+
+    def refill(t):
+        asked.append(t)
+        return extra[t]
+
+    trainer = Trainer(cfg(dynamic_sampling_tries=3, beta=0.0), TOKENIZER)
+    m = trainer.grpo_step(PAIRS, InlineRewards(only_g), refill=refill)
+    assert m["refill_rounds"] == len(asked) >= 1 and m["refill_prompts"] == 4 * len(asked)
+    assert m["completions"] == 16 * (1 + len(asked))
+    kept = m["completions"] / 4 - m["dropped_groups"]
+    assert kept >= 4 or len(asked) == 3  # enough groups with a signal, or the bound reached
+    off = Trainer(cfg(beta=0.0), TOKENIZER).grpo_step(PAIRS, InlineRewards(only_g), refill=refill)
+    assert off["refill_rounds"] == 0 and off["completions"] == 16

@@ -12,6 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# The status of an item a reward declined to score (a user reward returned None): no reward, and
+# its group leaves the update whatever grpo.on_unusable_reward says; it is counted, never a 0.
+SKIPPED_STATUS = "skipped"
+
 
 @dataclass(frozen=True)
 class Rewards:

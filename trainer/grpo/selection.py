@@ -16,7 +16,7 @@ from torch import Tensor
 
 from trainer.config import GRPOConfig
 from trainer.grpo.advantages import group_advantages, zero_variance_groups
-from trainer.grpo.reward_source import Rewards
+from trainer.grpo.reward_source import SKIPPED_STATUS, Rewards
 
 # (sum, sum of squares, count) of this rank's rewards -> the same, summed over every rank
 MomentReducer = Callable[[Tensor], Tensor]
@@ -33,10 +33,16 @@ class GroupSelection(NamedTuple):
     row_weight: Tensor  # [N] float32: 1 for rows in the policy term, 0 for rows of dropped groups
     kl_weight: Tensor  # [N] float32: 1 for rows in the KL term (zero-variance groups too, when beta > 0)
     num_groups: int  # G
-    unusable_groups: int  # groups with at least one unusable reward
+    unusable_groups: int  # groups with at least one unusable reward (skipped ones included)
     zero_var_groups: int  # usable groups whose rewards are all equal (within zero_var_tol)
     dropped_groups: int  # groups left out of the loss (unusable, plus zero-variance ones under "drop")
     reward_mean: float  # mean of the usable rewards (nan when there is none)
+    skipped_groups: int = 0  # groups with an item a reward skipped (returned None): always dropped
+
+    @property
+    def kept_groups(self) -> int:
+        """Groups in the policy term (this rank's)."""
+        return self.num_groups - self.dropped_groups
 
 
 def _batch_std_advantages(
@@ -70,10 +76,14 @@ def select_groups(
     values = torch.tensor(rewards.values, dtype=torch.float32).view(g, group_size)
     usable = torch.tensor(rewards.usable, dtype=torch.bool).view(g, group_size).all(dim=1)  # [G]
     unusable = int((~usable).sum())
-    if unusable and cfg.on_unusable_reward == "fail":
-        bad = [s for s, u in zip(rewards.statuses, rewards.usable, strict=True) if not u]
+    skipped = torch.tensor([s == SKIPPED_STATUS for s in rewards.statuses]).view(g, group_size).any(dim=1)
+    failing = int((~usable & ~skipped).sum())  # a skip is the reward's choice, never a failure
+    if failing and cfg.on_unusable_reward == "fail":
+        bad = [
+            s for s, u in zip(rewards.statuses, rewards.usable, strict=True) if not u and s != SKIPPED_STATUS
+        ]
         raise RewardFailure(
-            f"{unusable} of {g} groups have an unusable reward (statuses {sorted(set(bad))}); "
+            f"{failing} of {g} groups have an unusable reward (statuses {sorted(set(bad))}); "
             "grpo.on_unusable_reward='fail' stops the run (use 'drop_group' to train on the rest)"
         )
     usable_values = values[usable].reshape(-1)  # [G_usable * K]
@@ -106,4 +116,5 @@ def select_groups(
         zero_var_groups=int(zero_var.sum()),
         dropped_groups=int((~keep).sum()),
         reward_mean=float(usable_values.mean()) if usable_values.numel() else float("nan"),
+        skipped_groups=int(skipped.sum()),
     )

@@ -140,7 +140,9 @@ class GRPOUpdate:
         rollout = part.rollout if rows is None else select_rows(part.rollout, rows)
         mask = rollout.completion_mask
         with ctx.precision.autocast():  # the entropy is a metric of the old policy: the first forward only
-            logprobs, entropy = completion_logprobs(ctx.model, rollout, ctx.temperature, entropy=self.old[i] is None)
+            logprobs, entropy = completion_logprobs(
+                ctx.model, rollout, ctx.temperature, entropy=self.old[i] is None
+            )
         if self.old[i] is None:  # one mini-batch: the first epoch's forward gives the old log-probs
             self._record_old(i, logprobs, entropy)
         old = _take(self.old[i], rows)

@@ -49,7 +49,11 @@ class HFCausalLM(nn.Module):
             position_ids = positions_from_mask(attn_mask)
         mask = None if attn_mask is None else attn_mask.long()
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=logits_to_keep,
         )
         return out.logits
 

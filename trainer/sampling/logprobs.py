@@ -52,7 +52,10 @@ def completion_logprobs(
     # The last token's prediction is never needed: feed all but the last column; position p-1+j
     # predicts completion token j, so the last L positions are the ones with a use.
     logits = model(
-        rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1], logits_to_keep=length
+        rollout.input_ids[:, :-1],
+        rollout.position_ids[:, :-1],
+        rollout.attn_mask[:, :-1],
+        logits_to_keep=length,
     )
     logits = _at_least_fp32(logits) / temperature  # [N, L, V]
     keep = rollout.completion_mask

@@ -73,3 +73,24 @@ def test_run_control_keeps_the_first_stop_reason_and_drains_in_order():
     assert control.drain() == [("step", {"step": 1}), ("eval", {"step": 1})] and control.drain() == []
     with pytest.raises(ValueError, match="event kind"):
         control.publish("nonsense", {})
+
+
+def test_dynamic_sampling_refills_come_from_their_own_region_of_the_stream():
+    from actors.run.step_data import MAX_REFILL_ROUNDS, REFILL_BASE
+
+    cfg = TrainerConfig.model_validate(
+        {"sft": {"steps": 2, "batch_size": 3}, "grpo": {"steps": 3, "prompts_per_step": 4}}
+    )
+    schedule = Schedule.of(cfg)
+    stream = GameStream(cfg.data.seed, 1, 3)
+    data = StepData(schedule, stream, rank=1, world=2)
+    try:
+        extra = data.refill(4, 1)
+        assert list(extra) == [
+            pair_at(cfg.data.seed, REFILL_BASE + (4 * MAX_REFILL_ROUNDS + 1) * 4 + i, 1, 3) for i in range(4)
+        ]
+        assert list(data.refill(4, 1)) == list(extra)  # a resumed run draws the same ones
+        assert set(extra).isdisjoint(data.refill(4, 0)) and set(extra).isdisjoint(data.pairs(4))
+    finally:
+        data.close()
+    assert type(cfg.grpo).model_fields["dynamic_sampling_tries"].metadata[-1].le == MAX_REFILL_ROUNDS

@@ -26,6 +26,7 @@ from service.bench.results import (
     write_results,
 )
 from service.bench.reward import RewardPlan
+from service.bench.reward_cost import RewardCostPlan
 from service.bench.runner import run_bench
 from service.bench.sampling import SamplingPlan
 from service.bench.timing import interleaved_times
@@ -176,9 +177,26 @@ def toy_plan() -> BenchPlan:
         sampling=SamplingPlan(sizes=("tiny",), max_new_tokens=8, repeats=1, warmup=1),
         train_step=TrainStepPlan(cpu_sizes=("tiny",), cpu_batch=(4, 16), steps=1, warmup=1),
         grpo=GRPOPlan(
-            steps=1, warmup=0, baseline_steps=1, sft_steps=2, extras=False, max_new_tokens=12, unshipped_rows=False
+            steps=1,
+            warmup=0,
+            baseline_steps=1,
+            sft_steps=2,
+            extras=False,
+            max_new_tokens=12,
+            unshipped_rows=False,
         ),
         hf=HFPlan(steps=1, warmup=0, prompts=2, group_size=2, max_new_tokens=8),
+        reward_cost=RewardCostPlan(
+            items=64,
+            worker_counts=(1, 2),
+            repeats=1,
+            warmup=0,
+            inline_wait_items=8,
+            grpo_steps=1,
+            grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
+            max_new_tokens=12,
+            engine_positions=2,
+        ),
     )
 
 
@@ -191,7 +209,7 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
     assert {"schema", "command", "mode", "machine", "headline", "headline_notes", "sections"} <= set(data)
     for key in ("cpu_model", "usable_cores", "torch", "ray", "python", "gpu"):
         assert key in data["machine"]
-    assert [s["status"] for s in data["sections"]] == ["ok"] * 6, [s["error"] for s in data["sections"]]
+    assert [s["status"] for s in data["sections"]] == ["ok"] * 7, [s["error"] for s in data["sections"]]
     assert set(data["headline"]) == HEADLINE_KEYS
     for key, value in data["headline"].items():
         if value is None:
@@ -218,5 +236,6 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
         "4. A whole GRPO",
         "5. Ablation",
         "6. The transformers policy",
+        "8. Reward cost",
     ):
         assert title in md

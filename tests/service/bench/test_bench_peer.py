@@ -20,12 +20,17 @@ def test_peer_section_is_skipped_with_its_reason_when_not_installed(monkeypatch,
 
 
 def test_peer_table_and_headlines_come_from_the_runs():
-    runs = [{"completions_per_s": 100.0, "mean_completion_len": 42.0}, {"completions_per_s": 140.0, "mean_completion_len": 40.0}]
+    runs = [
+        {"completions_per_s": 100.0, "mean_completion_len": 42.0},
+        {"completions_per_s": 140.0, "mean_completion_len": 40.0},
+    ]
     ours = {
         "built-in GPT, fp32 reference": {"completions_per_s": 300.0, "completion_tokens": 60.0},
         "built-in GPT, shipped settings": {"completions_per_s": 500.0, "completion_tokens": 60.0},
     }
-    section = peer._fill(new_section("peer", peer.TITLE, owns=peer.HEADLINE), runs, ours, [200.0, 280.0, 260.0])
+    section = peer._fill(
+        new_section("peer", peer.TITLE, owns=peer.HEADLINE), runs, ours, [200.0, 280.0, 260.0]
+    )
     assert section["headline"]["peer_completions_per_s"] == 120.0
     assert section["headline"]["hf_vs_peer"] == pytest.approx(260.0 / 120.0)
     rows = {r[0]: r for r in section["tables"][0]["rows"]}

@@ -136,3 +136,22 @@ def test_two_gloo_ranks_match_one_process_on_the_hf_path(base_dir, tmp_path):
         assert a[phase].keys() == b[phase].keys() and a[phase]
         for name, g in a[phase].items():
             torch.testing.assert_close(b[phase][name], g, rtol=1e-4, atol=1e-7, msg=f"{phase} {name}")
+
+
+def test_a_saved_adapter_starts_the_policy_and_can_be_the_frozen_reference(base_dir, tmp_path):
+    first = Trainer(_cfg(base_dir))
+    first.sft_step(PAIRS)
+    adapter = first.policy.export(tmp_path / "adapter")
+    cfg = _cfg(base_dir).model_dump(mode="json")
+    cfg["model"].update(adapter_path=str(adapter), reference="adapter")
+    trainer = Trainer(TrainerConfig.model_validate(cfg))
+    rollouts, values = _rollouts(trainer)
+    with torch.no_grad():
+        start = [completion_logprobs(trainer.model.eval(), r, 1.0)[0] for r in rollouts]
+        saved = [completion_logprobs(first.model.eval(), r, 1.0)[0] for r in rollouts]
+    for a, b in zip(start, saved, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)  # the policy starts from the saved adapter
+    _update(trainer, rollouts, values)
+    assert trainer.ref_model is not None  # a frozen copy holding the starting adapter
+    for ref, want in zip(trainer.reference_logprobs(rollouts), start, strict=True):
+        torch.testing.assert_close(ref, want, rtol=0, atol=1e-6)
