@@ -29,9 +29,9 @@ from fault_runs import (
 )
 from ray_nodes import LocalCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-RUN_TIMEOUT_S = 240.0
+RUN_TIMEOUT_S = 600.0  # a loaded 2-core machine runs these steps 10-50x slower than an idle one
 RESTART_TIMEOUT_S = 8.0  # pool.restart_timeout_s of these runs: the bounded wait for a lost worker
 TOTAL_STEPS = 4 + 20
 # FAULT_SETS with 20 GRPO steps, 3 reward workers and the placement of a cluster deployment.
@@ -70,6 +70,14 @@ def alive_actors(c: LocalCluster) -> dict[str, list[str]]:
     for actor in list_actors(address=c.dashboard_url, filters=[("state", "=", "ALIVE")], limit=1000):
         found.setdefault(actor.class_name, []).append(c.node_named(actor.node_id))
     return found
+
+
+def reward_actors(c: LocalCluster) -> list:
+    """Every RewardWorker actor the cluster has had (alive or dead), from Ray's state API."""
+    from ray.util.state import list_actors
+
+    filters = [("class_name", "=", "RewardWorker")]
+    return list_actors(address=c.dashboard_url, filters=filters, limit=1000, detail=True)
 
 
 def reward_nodes_alive(c: LocalCluster, want: int = 2) -> list[str]:
@@ -128,7 +136,11 @@ def test_a_reward_node_killed_mid_run_changes_no_reward(cluster, cluster_referen
     rewards = [(r["step"], r.get("reward_mean")) for r in rows]
     expected = [(r["step"], r.get("reward_mean")) for r in read_rows(reference.run_dir / "metrics.jsonl")]
     assert rewards == expected, first_difference(expected, rewards)
-    assert sum(r.get("scorer_worker_restarts", 0) for r in rows) >= 1  # one came back on the survivor
+    # Ray restarted one of the two on the survivor (the one without a call in flight may come back
+    # before the pool ever saw it gone), as its state API shows.
+    survivor = next(name for name in hosts if name != victim)
+    restarted = [cluster.node_named(a.node_id) for a in reward_actors(cluster) if a.num_restarts >= 1]
+    assert survivor in restarted, (survivor, restarted)
     # Said three ways: the step records (metric), a console line, the client's pool health.
     assert rows[-1]["pool_workers_alive"] == 2 and rows[-1]["pool_workers"] == 3, rows[-1]
     assert "2 of 3 reward workers take work" in output

@@ -16,8 +16,13 @@ import pytest
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
 from examples.addition.make_data import make, write_jsonl  # noqa: E402
+from service.export import main as export_main  # noqa: E402
 from service.run_files import read_jsonl  # noqa: E402
+from trainer.checkpoint import load_checkpoint  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -87,6 +92,12 @@ def test_hf_run_exports_a_model_that_completes_as_the_final_eval(tmp_path, arch)
     assert summary["status"] == "succeeded" and summary["steps"] == 10
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
     _greedy_matches_eval(tmp_path / "run")
+    if arch is None:  # the export command, from an earlier checkpoint: that step's weights
+        assert export_main([str(tmp_path / "run"), "--step", "8", "--out", str(tmp_path / "at8")]) == 0
+        assert export_main([str(tmp_path / "run"), "--step", "3", "--out", str(tmp_path / "x")]) == 2
+        state, _ = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_000008")
+        exported = load_file(tmp_path / "at8" / "model.safetensors")
+        assert exported and all(torch.equal(state["model"][f"model.{k}"], v) for k, v in exported.items())
 
 
 def test_text_task_with_the_hf_policy(tmp_path):
