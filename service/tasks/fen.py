@@ -100,7 +100,11 @@ class FenTask(Task):
                 errors.append(
                     f"{w or d.path}: target {pair.target[:60]!r} is not a FEN python-chess reads ({exc})"
                 )
-        return LoadReport(pairs, report.skipped + len(report.pairs) - len(pairs), errors, tuple(where))
+        skipped = report.skipped + len(report.pairs) - len(pairs)
+        if not pairs:  # said before the held-out split, which would otherwise blame eval_size
+            first = f"; first: {errors[0]}" if errors else ""
+            raise ValueError(f"data.path: {d.path!r} gives no usable pairs ({skipped} bad records{first})")
+        return LoadReport(pairs, skipped, errors, tuple(where))
 
     def training_pairs(self, log: Callable[[str], None]) -> list[Pair] | None:
         d = self.data
