@@ -92,12 +92,13 @@ class FinishedRun:
 
 
 def write_jsonl_with_garbage(path: Path, good: int = 80) -> tuple[int, int]:
-    """A training file of `good` valid pairs with bad lines between them; returns (good, bad).
+    """A training file of `good` valid pairs and 12 held-out ones, with bad lines between them;
+    returns (valid pairs, bad lines).
 
     The bad lines: broken JSON, bytes that are not UTF-8, a raw NUL, an array, a missing or
     non-string field, and one line of 1 MB; blank lines are neither.
     """
-    from trainer.data.chess_games import generate_pairs
+    from trainer.data.chess_games import eval_pairs, generate_pairs
 
     bad_lines = [
         b'{"prompt": "e4", "target": ',
@@ -115,8 +116,11 @@ def write_jsonl_with_garbage(path: Path, good: int = 80) -> tuple[int, int]:
             lines.append(bad_lines[(i // 10) % len(bad_lines)])
         if i % 25 == 0:
             lines.append(b"   ")
+    # the held-out set is drawn from the file's own held-out positions: give it some
+    held_out = eval_pairs(12, eval_seed=1_000_003, min_plies=1, max_plies=2)
+    lines += [json.dumps({"prompt": p.prompt, "target": p.target}).encode() for p in held_out]
     path.write_bytes(b"\n".join(lines) + b"\n")
-    return good, sum(1 for i in range(good) if i % 10 == 0)
+    return good + len(held_out), sum(1 for i in range(good) if i % 10 == 0)
 
 
 def clean_env() -> dict[str, str]:
