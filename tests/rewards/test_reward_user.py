@@ -86,7 +86,6 @@ def boom(c, t):
         (lambda c, t: math.nan, "non-finite nan"),
         (lambda c, t: -math.inf, "non-finite -inf"),
         (lambda c, t: "0.5", "returned str '0.5', not a number"),
-        (lambda c, t: None, "returned NoneType None, not a number"),
     ],
 )
 def test_failing_user_reward_is_an_error_with_reason(registered, fn, reason):
