@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m service.check_reward",
         description="Measure and try a run's rewards on its own data before any run.",
     )
-    parser.add_argument("--preset", choices=sorted(PRESETS), help=f"starting config (default: {DEFAULT_PRESET})")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), help=f"starting config (default: {DEFAULT_PRESET})"
+    )
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML with any config sections")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.key=value")
     parser.add_argument("--n", type=int, default=200, help="items to score, each twice (default 200)")
@@ -42,7 +44,9 @@ def _ms(seconds: float) -> str:
 
 def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> list[str]:
     placement = ", ".join(
-        f"{key} {getattr(cfg.pool, key)}" for key in ("resources", "label_selector") if getattr(cfg.pool, key, None)
+        f"{key} {getattr(cfg.pool, key)}"
+        for key in ("resources", "label_selector")
+        if getattr(cfg.pool, key, None)
     )
     items = cfg.grpo.prompts_per_step * cfg.sampling.group_size
     step_s = items * trial.cost(0.5) / cfg.pool.num_workers
@@ -89,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         return 2
-    trial = run_trial(task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2)
+    trial = run_trial(
+        task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2
+    )
     print("\n".join(report(cfg, trial, args.n)), flush=True)
     problem = reward_problem(trial, item_deadline_s(cfg.pool))
     if problem:

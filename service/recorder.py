@@ -49,6 +49,7 @@ class RecordSink(Protocol):
 def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Over the run's GRPO steps: groups dropped because a reward failed (error, timeout) and
     steps with no update at all, so a run that trained on part of its data says so."""
+
     def total(key: str) -> int:
         return int(sum(r.get(key) or 0 for r in rows if r.get("phase") == "grpo"))
 

@@ -28,8 +28,8 @@ from service.config import (
     validate_config,
 )
 from service.presets import DEFAULT_PRESET
-from trainer.schedule import Schedule
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
+from trainer.schedule import Schedule
 
 DEFAULT_RUNS_ROOT = "runs"
 TINY_MODEL_DIR = "tiny_model"  # model.source=hf without model.path: a tiny random model is made here

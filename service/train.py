@@ -112,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return RunDriver(cfg, task, eval_set, train_pairs, console).run()
 
 
-def preflight(cfg: ServiceConfig, log: Callable[[str], None]) -> tuple[Task, list[Pair], list[Pair] | None, PoolConfig]:
+def preflight(
+    cfg: ServiceConfig, log: Callable[[str], None]
+) -> tuple[Task, list[Pair], list[Pair] | None, PoolConfig]:
     """Everything that can refuse the run before anything starts (`service.preflight`): data problems
     (a ply range with too few held-out positions, an unreadable file, a bad row or one that cannot
     tokenize or fit, a reward that needs a field the rows lack), a logger without its package,

@@ -34,7 +34,11 @@ def project_exceptions() -> list[type[BaseException]]:
             except ImportError:  # an optional extra that is not installed
                 continue
             for obj in vars(module).values():
-                if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__:
+                if (
+                    inspect.isclass(obj)
+                    and issubclass(obj, BaseException)
+                    and obj.__module__ == module.__name__
+                ):
                     found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return [found[name] for name in sorted(found)]
 
@@ -44,7 +48,13 @@ EXCEPTIONS = project_exceptions()
 
 def test_the_walk_finds_the_exceptions():
     names = {cls.__name__ for cls in EXCEPTIONS}
-    assert {"ConfigError", "UnknownCharacterError", "ClientError", "RewardPoolError", "DataFileError"} <= names
+    assert {
+        "ConfigError",
+        "UnknownCharacterError",
+        "ClientError",
+        "RewardPoolError",
+        "DataFileError",
+    } <= names
 
 
 @pytest.mark.parametrize("cls", EXCEPTIONS, ids=lambda cls: f"{cls.__module__}.{cls.__qualname__}")

@@ -20,7 +20,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", required=True, help="directory for bench.json and bench.md")
     parser.add_argument(
-        "--sections", nargs="+", choices=SECTIONS + OPTIONAL_SECTIONS, default=list(SECTIONS),
+        "--sections",
+        nargs="+",
+        choices=SECTIONS + OPTIONAL_SECTIONS,
+        default=list(SECTIONS),
         help=f"run only these sections ({', '.join(OPTIONAL_SECTIONS)}: only when named)",
     )
     return parser.parse_args(argv)

@@ -26,7 +26,9 @@ Row = tuple[str, dict[str, Any], dict[str, Any]]
 def shipped_settings(device: str) -> dict[str, Any]:
     """Precision, compile, threads and wait policy as the `demo` preset and the config defaults
     give them on `device`, with what they resolve to here."""
-    demo = TrainerConfig.model_validate({k: v for k, v in PRESETS["demo"].items() if k in TrainerConfig.model_fields})
+    demo = TrainerConfig.model_validate(
+        {k: v for k, v in PRESETS["demo"].items() if k in TrainerConfig.model_fields}
+    )
     scaling = ScalingConfig.model_validate(PRESETS["demo"].get("scaling", {}))
     dtype, reason = resolve_dtype(demo.precision.dtype, device)
     compilable = compile_unsupported_reason(device) is None
@@ -47,7 +49,11 @@ def reference_rows() -> list[Row]:
     was (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
     legacy = {"legacy_logprobs": True}
     return [
-        ("baseline: fp32, no KV cache, serial scoring", {"sampling.use_kv_cache": False}, {"rewards": "inline", **legacy}),
+        (
+            "baseline: fp32, no KV cache, serial scoring",
+            {"sampling.use_kv_cache": False},
+            {"rewards": "inline", **legacy},
+        ),
         ("+ KV cache (prefill per row)", {}, {"rewards": "inline", "shared_prefill": False, **legacy}),
         ("+ shared prefill", {}, {"rewards": "inline", **legacy}),
         ("+ streamed pool scoring", {}, {"rewards": "pool", **legacy}),
@@ -68,13 +74,21 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
     updates: dict[str, Any] = {}
     if ship["env"] or ship["torch_threads"] != threads:
         options = {**options, "env": ship["env"], "threads": ship["torch_threads"]}
-        rows.append((f"+ threads as shipped ({ship['torch_threads']}, OpenMP {ship['omp_wait_policy']} wait)", {}, dict(options)))
+        rows.append(
+            (
+                f"+ threads as shipped ({ship['torch_threads']}, OpenMP {ship['omp_wait_policy']} wait)",
+                {},
+                dict(options),
+            )
+        )
     if device == "cuda":
         updates = {"precision.tf32": True}
         rows.append(("+ TF32", dict(updates), dict(options)))
     if ship["precision"] != "fp32":
         updates = {**updates, "precision.dtype": ship["precision"]}
-        rows.append((f"+ {ship['precision']} autocast ({ship['precision_reason']})", dict(updates), dict(options)))
+        rows.append(
+            (f"+ {ship['precision']} autocast ({ship['precision_reason']})", dict(updates), dict(options))
+        )
     else:
         notes.append(f"No bf16 row: {ship['precision_reason']}.")
     shipped_compile = ship["model.compile"] or ship["sampling.compile"]

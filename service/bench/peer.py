@@ -41,7 +41,11 @@ TITLE = "7. This service against the TRL peer"
 HEADLINE = ("peer_completions_per_s", "hf_vs_peer")
 PEER_DIR = Path(os.environ.get("GRPO_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers"))
 PEER_PYTHON = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
-TARGETS = {"built-in GPT, fp32 reference": 2.5, "built-in GPT, shipped settings": 4.0, "hf policy, shipped": 2.0}
+TARGETS = {
+    "built-in GPT, fp32 reference": 2.5,
+    "built-in GPT, shipped settings": 4.0,
+    "hf policy, shipped": 2.0,
+}
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ class PeerPlan:
     rounds: int = 2
     peer_steps: int = 6  # timed steps of one peer run (after its own 2 warm-up steps)
     threads: int = 2
-    ours: HFPlan = field(default_factory=lambda: HFPlan(steps=4, warmup=1, prompts=8, group_size=8, max_new_tokens=64))
+    ours: HFPlan = field(
+        default_factory=lambda: HFPlan(steps=4, warmup=1, prompts=8, group_size=8, max_new_tokens=64)
+    )
 
 
 def _peer_run(plan: PeerPlan) -> dict[str, Any]:
@@ -67,8 +73,12 @@ def _builtin_trials(runner: Runner, base: dict[str, Any], device: str, threads: 
     later, _, default = shipped_rows(device, threads, unshipped=False)
     rows = {name: (updates, options) for name, updates, options in reference_rows() + later}
     return {
-        "built-in GPT, fp32 reference": runner.kwargs(with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]),
-        "built-in GPT, shipped settings": runner.kwargs(with_updates(base, rows[default][0]), rows[default][1]),
+        "built-in GPT, fp32 reference": runner.kwargs(
+            with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]
+        ),
+        "built-in GPT, shipped settings": runner.kwargs(
+            with_updates(base, rows[default][0]), rows[default][1]
+        ),
     }
 
 
@@ -102,11 +112,21 @@ def bench_peer(plan: PeerPlan, grpo: GRPOPlan) -> dict[str, Any]:
     return _fill(section, peer, {k: Runner.merge(v) for k, v in ours.items()}, hf)
 
 
-def _fill(section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float]) -> dict[str, Any]:
+def _fill(
+    section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float]
+) -> dict[str, Any]:
     peer_rate = median([r["completions_per_s"] for r in peer])
     rates = {**{k: r["completions_per_s"] for k, r in ours.items()}, "hf policy, shipped": median(hf)}
     tokens = {k: r["completion_tokens"] for k, r in ours.items()}
-    rows = [["TRL GRPOTrainer (peer), fp32", peer_rate, 1.0, median([r["mean_completion_len"] for r in peer]), None]]
+    rows = [
+        [
+            "TRL GRPOTrainer (peer), fp32",
+            peer_rate,
+            1.0,
+            median([r["mean_completion_len"] for r in peer]),
+            None,
+        ]
+    ]
     for name, rate in rates.items():
         ratio = rate / peer_rate
         rows.append([name, rate, ratio, tokens.get(name), TARGETS[name]])

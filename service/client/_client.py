@@ -152,11 +152,15 @@ class TrainingClient:
             raise UnknownRun(run_id, self.address)
         state = self.status(run_id).state
         if not state.is_terminal():
-            raise ClientError(f"run {run_id!r} is still {state.value} on {self.address}: stop it before resuming")
+            raise ClientError(
+                f"run {run_id!r} is still {state.value} on {self.address}: stop it before resuming"
+            )
         api = self._api()
         with self._errors():
             taken = {job.submission_id for job in api.list_jobs()}
-        job_id = next(f"{run_id}.resume{n}" for n in range(1, len(taken) + 2) if f"{run_id}.resume{n}" not in taken)
+        job_id = next(
+            f"{run_id}.resume{n}" for n in range(1, len(taken) + 2) if f"{run_id}.resume{n}" not in taken
+        )
         submission = resume_submission(
             run_id=run_id, job_id=job_id, overrides=overrides, config_file=config_file,
             run_dir=run_dir, working_dir=working_dir, env_vars=env_vars,

@@ -30,7 +30,11 @@ def preflight_here(cfg: Any, working_dir: Path | None) -> None:
     from service.train import held_out_eval_pairs
 
     check_relations(cfg, driver=False)
-    if working_dir is None or Path.cwd().resolve() != working_dir or not TASKS[cfg.task.name].checked_at_submit:
+    if (
+        working_dir is None
+        or Path.cwd().resolve() != working_dir
+        or not TASKS[cfg.task.name].checked_at_submit
+    ):
         return
     if not all(Path(p).expanduser().is_file() for p in _data_files(cfg)):
         return

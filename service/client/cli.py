@@ -134,7 +134,9 @@ def _print_final(args: argparse.Namespace, status: RunStatus) -> int:
 
 def _resume(client: TrainingClient, args: argparse.Namespace) -> int:
     if args.preset or args.run_id:
-        raise ValueError("--resume: --preset and --run-id are not allowed; the run's saved config is the base")
+        raise ValueError(
+            "--resume: --preset and --run-id are not allowed; the run's saved config is the base"
+        )
     job_id = client.resume(
         args.resume,
         overrides=args.overrides,

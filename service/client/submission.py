@@ -227,4 +227,3 @@ def resume_submission(
     argv.insert(3, "--resume")  # after `python -m service.train`
     metadata = {"service": SERVICE_TAG, "run_id": job_id, "resumes": run_id, "preset": "resume"}
     return Submission(job_id, shlex.join(argv), runtime_env(upload, env_vars), metadata)
-

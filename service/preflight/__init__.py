@@ -50,11 +50,15 @@ def reward_problem(trial: TrialResult, deadline_s: float) -> str | None:
         return f"reward.user: every one of {trial.scored} sample items failed: {first}"
     worst = max(trial.costs_s, default=0.0)
     if worst > deadline_s:
-        return f"reward: {worst:.3g}s for one item is beyond the pool's deadline for an item ({deadline_s:g}s)"
+        return (
+            f"reward: {worst:.3g}s for one item is beyond the pool's deadline for an item ({deadline_s:g}s)"
+        )
     return None
 
 
-def try_rewards(scorer: Any, pairs: Sequence[Any], pool: PoolConfig, *, n: int = PREFLIGHT_ITEMS) -> TrialResult:
+def try_rewards(
+    scorer: Any, pairs: Sequence[Any], pool: PoolConfig, *, n: int = PREFLIGHT_ITEMS
+) -> TrialResult:
     """Score up to `n` sample items (fewer once PREFLIGHT_BUDGET_S is spent); PreflightError if unusable."""
     deadline_s = item_deadline_s(pool)
     items = sample_items(pairs, n)

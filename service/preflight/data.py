@@ -56,7 +56,9 @@ class FitLimits:
         return f"BOS + prompt + SEP + target needs {need} positions, more than model.block_size ({self.block_size})"
 
 
-def record_problem(prompt: str, target: str | None, limits: FitLimits, alphabet: str | None, *, train: bool) -> str | None:
+def record_problem(
+    prompt: str, target: str | None, limits: FitLimits, alphabet: str | None, *, train: bool
+) -> str | None:
     """Why one record cannot be used, or None. `alphabet`: the built-in tokenizer's (None: not checked)."""
     if alphabet is not None:
         allowed = set(alphabet)
@@ -100,5 +102,6 @@ def check_generated_games(max_plies: int, limits: FitLimits | None) -> None:
         return
     longest = max(0, max_plies * (MAX_SAN_CHARS + 1) - 1)
     if problem := limits.sampled(longest):
-        raise ConfigError(f"sampling.max_new_tokens: {limits.max_new_tokens} is too large: a {problem} (data.max_plies={max_plies})")
-
+        raise ConfigError(
+            f"sampling.max_new_tokens: {limits.max_new_tokens} is too large: a {problem} (data.max_plies={max_plies})"
+        )

@@ -66,7 +66,9 @@ class TrialResult:
             return 0.0
         if len(self.costs_s) == 1:
             return self.costs_s[0]
-        return statistics.quantiles(self.costs_s, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
+        return statistics.quantiles(self.costs_s, n=100, method="inclusive")[
+            min(98, max(0, round(q * 100) - 1))
+        ]
 
 
 def _same(a: ScoreResult, b: ScoreResult) -> bool:
@@ -102,7 +104,9 @@ def run_trial(
     return result
 
 
-def _score_with_deadline(scorer: Scorer, item: TrialItem, deadline_s: float) -> tuple[ScoreResult, float] | None:
+def _score_with_deadline(
+    scorer: Scorer, item: TrialItem, deadline_s: float
+) -> tuple[ScoreResult, float] | None:
     box: list[tuple[ScoreResult, float]] = []
 
     def work() -> None:

@@ -26,8 +26,14 @@ def test_help_is_usage(capsys):
 
 def test_report_axes(tmp_path, monkeypatch):
     rows = [{"step": s, "phase": "sft", "loss": 2.0 / s, "step_time_s": 0.1} for s in range(1, 4)]
-    rows += [{"step": s, "phase": "grpo", "loss": 0.01, "kl": 0.001, "reward_mean": 0.5, "step_time_s": 0.2} for s in (4, 5)]
-    evals = [{"step": s, "phase": "grpo", "exact_match": 0.5, "valid_rate": 0.5, "reward_mean": 0.6} for s in (3, 5)]
+    rows += [
+        {"step": s, "phase": "grpo", "loss": 0.01, "kl": 0.001, "reward_mean": 0.5, "step_time_s": 0.2}
+        for s in (4, 5)
+    ]
+    evals = [
+        {"step": s, "phase": "grpo", "exact_match": 0.5, "valid_rate": 0.5, "reward_mean": 0.6}
+        for s in (3, 5)
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
     import matplotlib.pyplot as plt

@@ -185,7 +185,10 @@ def test_cpu_compiled_training_and_decoding_step_like_eager():
     base = small_cfg().model_dump(mode="json")
     compiled_cfg = {**base, "model": {**base["model"], "compile": True}}
     compiled_cfg["sampling"] = {**base["sampling"], "compile": True}
-    trainers = [Trainer(small_cfg(), CHESS_TOKENIZER), Trainer(TrainerConfig.model_validate(compiled_cfg), CHESS_TOKENIZER)]
+    trainers = [
+        Trainer(small_cfg(), CHESS_TOKENIZER),
+        Trainer(TrainerConfig.model_validate(compiled_cfg), CHESS_TOKENIZER),
+    ]
     metrics = [[t.grpo_step(PAIRS, InlineRewards(char_match)) for _ in range(2)] for t in trainers]
     for eager, compiled in zip(*metrics, strict=True):
         assert compiled["tokens"] == eager["tokens"] and compiled["reward_mean"] == eager["reward_mean"]
