@@ -89,6 +89,24 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("scorer_worker_restarts", "pool", "reward worker restarts seen during the step", "worker_restarts"),
     _m("scorer_reward_wait_s", "pool", "time blocked collecting the step's rewards", "wait_s"),
     _m("scorer_reward_items_per_s", "pool", "items the pool scored per second", "items_per_s"),
+    _m(
+        "scorer_placement_inline",
+        "pool",
+        "1 when the step's rewards were scored in process (pool.placement)",
+        "inline",
+    ),
+    _m(
+        "scorer_placement_inline_ms_per_item",
+        "pool",
+        "last measured cost of scoring in process, per item",
+        "inline_ms",
+    ),
+    _m(
+        "scorer_placement_pool_ms_per_item",
+        "pool",
+        "last measured cost of scoring on the pool, per item",
+        "pool_ms",
+    ),
     _m("pool_workers", "pool", "reward workers of the pool", "workers"),
     _m("pool_workers_alive", "pool", "reward workers taking work at the end of the step", "workers_alive"),
 )

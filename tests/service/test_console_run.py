@@ -49,6 +49,8 @@ CLASSES = {
     ),
     "evaluation": re.compile(r"^\[eval\] step \d+ "),
     "warning": re.compile(r"^\[train\] warning: "),
+    # where rewards are scored (pool.placement: auto), one line per decision, from rank 0
+    "placement": re.compile(r"^(\(RayTrainWorker pid=\d+\) )?\[placement\] "),
     "summary": re.compile(
         r"^(\[train\] run \S+ (succeeded|failed|stopped): |\[train\] held-out |\[train\] records in "
         + "|"
