@@ -117,14 +117,7 @@ class TrainingClient:
         api = self._api()
         try:
             with self._errors():
-                return api.submit_job(
-                    entrypoint=submission.entrypoint,
-                    submission_id=submission.run_id,
-                    runtime_env=submission.runtime_env,
-                    metadata=submission.metadata,
-                    entrypoint_num_cpus=entrypoint_num_cpus,
-                    entrypoint_num_gpus=entrypoint_num_gpus,
-                )
+                return _submit_job(api, submission, entrypoint_num_cpus, entrypoint_num_gpus)
         except ClientError as error:
             # Two submitters raced for the same id: Ray accepted one, the other is that run.
             if "already exists" in str(error.__cause__) and self._existing_run(submission.run_id):
@@ -166,14 +159,7 @@ class TrainingClient:
             run_dir=run_dir, working_dir=working_dir, env_vars=env_vars,
         )  # fmt: skip
         with self._errors():
-            return api.submit_job(
-                entrypoint=submission.entrypoint,
-                submission_id=submission.run_id,
-                runtime_env=submission.runtime_env,
-                metadata=submission.metadata,
-                entrypoint_num_cpus=entrypoint_num_cpus,
-                entrypoint_num_gpus=entrypoint_num_gpus,
-            )
+            return _submit_job(api, submission, entrypoint_num_cpus, entrypoint_num_gpus)
 
     def _existing_run(self, run_id: str) -> bool:
         """True if `run_id` is one of this service's runs; raises if a foreign job holds the id."""
@@ -265,3 +251,15 @@ class TrainingClient:
             if (job.metadata or {}).get("service") == SERVICE_TAG and job.submission_id
         ]
         return sorted(runs, key=lambda run: (run.started_at is None, run.started_at or 0, run.run_id))
+
+
+def _submit_job(api, submission, num_cpus: float | None, num_gpus: float | None) -> str:
+    """One job submission of a prepared run (a new run or a resume), on `api`."""
+    return api.submit_job(
+        entrypoint=submission.entrypoint,
+        submission_id=submission.run_id,
+        runtime_env=submission.runtime_env,
+        metadata=submission.metadata,
+        entrypoint_num_cpus=num_cpus,
+        entrypoint_num_gpus=num_gpus,
+    )
