@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from actors.pool.codec import EncodedResults, count_status, failed_block
 from actors.pool.config import PoolConfig
@@ -278,7 +278,10 @@ class Dispatcher:
             slot.pid, slot.state = value, WorkerState.HEALTHY
             self._died_pings.pop(slot.index, None)
             return
-        if slot.state is WorkerState.STARTING:  # the constructor failed: it will fail again
+        # A worker that is restarting (a kill just before this pool attached, or one Ray is bringing
+        # back) answers "unavailable": that is no constructor failure, so wait for it within
+        # pool.start_timeout_s. Any other error while starting is the constructor's, and would recur.
+        if slot.state is WorkerState.STARTING and not isinstance(value, ActorUnavailableError):
             self._mark_dead_locked(slot, f"failed to start: {type(value).__name__}: {value}")
             return
         died = self._died_pings.get(slot.index, 0) + 1 if isinstance(value, ActorDiedError) else 0

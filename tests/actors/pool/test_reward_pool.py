@@ -184,6 +184,17 @@ def test_an_attached_client_scores_on_the_same_workers_and_leaves_them_running()
         RewardPool.attach(owner.cfg)
 
 
+def test_a_client_attaching_while_a_worker_restarts_waits_for_it():
+    with _pool(num_workers=2) as owner:
+        before = owner.worker_pids()
+        ray.kill(ray.get_actor(owner.worker_names()[0]), no_restart=False)  # Ray brings it back
+        client = RewardPool.attach(owner.cfg, run_id="client")  # its first ping meets "restarting"
+        assert client.score([FEN], [FEN])[0].status == "ok"
+        second = owner.worker_names()[1]
+        assert client.worker_pids()[second] == before[second]
+        client.shutdown()
+
+
 def test_collect_gives_up_at_its_timeout_with_a_clear_error():
     spin = RewardConfig(user=[UserRewardSpec(fn="user_rewards:spins_on_marker")])
     with _pool(spin, num_workers=1, chunk_timeout_s=60) as pool:
