@@ -1,12 +1,9 @@
 """Data parallelism: 2 gloo ranks x half the pairs make the same update as 1 process x all pairs."""
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.trainer.ranks import spawn_ranks
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
@@ -73,36 +70,26 @@ def _grads(trainer: Trainer) -> dict:
     return {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
 
 
-def _run(rank: int, world: int, rendezvous: str, out: str) -> None:
-    torch.set_num_threads(1)
-    if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    try:
-        trainer = Trainer(CFG, CHESS_TOKENIZER)
-        sft = trainer.sft_step(PAIRS)
-        sft_grads = _grads(trainer)
-        trainer = Trainer(
-            CFG, CHESS_TOKENIZER
-        )  # the GRPO update starts from the same initial weights everywhere
-        rollouts, values = _rollouts(trainer)
-        per = len(rollouts) // world
-        mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
-        flat = [v for vs in values[mine] for v in vs]
-        scored = Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
-        grpo = trainer.grpo_update(rollouts[mine], scored)
-        if rank == 0:
-            torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
-    finally:
-        if world > 1:
-            dist.destroy_process_group()
+def _run(rank: int, world: int, out: str) -> None:
+    trainer = Trainer(CFG, CHESS_TOKENIZER)
+    sft = trainer.sft_step(PAIRS)
+    sft_grads = _grads(trainer)
+    trainer = Trainer(CFG, CHESS_TOKENIZER)  # the GRPO update starts from the same initial weights everywhere
+    rollouts, values = _rollouts(trainer)
+    per = len(rollouts) // world
+    mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
+    flat = [v for vs in values[mine] for v in vs]
+    scored = Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
+    grpo = trainer.grpo_update(rollouts[mine], scored)
+    if rank == 0:
+        torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
 
 
 @pytest.mark.slow
 def test_two_ranks_match_one_process(tmp_path):
     single, double = str(tmp_path / "single.pt"), str(tmp_path / "double.pt")
-    _run(0, 1, "", single)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.spawn(_run, args=(2, str(tmp_path / "rdv"), double), nprocs=2, join=True)
+    _run(0, 1, single)
+    spawn_ranks(_run, str(tmp_path / "rdv"), (double,))
     a, b = torch.load(single), torch.load(double)
     assert a["sft"]["loss"] == pytest.approx(b["sft"]["loss"], rel=1e-5)
     assert a["grpo"]["loss"] == pytest.approx(b["grpo"]["loss"], rel=1e-4, abs=1e-6)

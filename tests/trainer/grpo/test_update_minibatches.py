@@ -8,14 +8,12 @@ with pi_old the policy that sampled (the initial weights) for every epoch, and i
 compared with the one the update stepped with, at the same weights, within 1e-6 relative.
 """
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
+from tests.trainer.ranks import spawn_ranks
 from trainer.config import GRPOConfig, OptimConfig, PrecisionConfig
 from trainer.grpo.minibatch import minibatch_rows
 from trainer.grpo.selection import GroupSelection
@@ -194,25 +192,19 @@ def test_epochs_and_minibatches_match_the_formula():
     _check(records, 1)
 
 
-def _spawned(rank: int, world: int, rendezvous: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    try:
-        model = nn.parallel.DistributedDataParallel(Table())
-        records = run_update(rank, world, model)
-        losses = torch.stack([r[2] for r in records])
-        dist.all_reduce(losses)  # the step's loss: the sum of the ranks' shares
-        if rank == 0:
-            torch.save([(w, g, s / world) for (w, g, _), s in zip(records, losses, strict=True)], out)
-    finally:
-        dist.destroy_process_group()
+def _spawned(rank: int, world: int, out: str) -> None:
+    model = nn.parallel.DistributedDataParallel(Table())
+    records = run_update(rank, world, model)
+    losses = torch.stack([r[2] for r in records])
+    dist.all_reduce(losses)  # the step's loss: the sum of the ranks' shares
+    if rank == 0:
+        torch.save([(w, g, s / world) for (w, g, _), s in zip(records, losses, strict=True)], out)
 
 
 @pytest.mark.slow
 def test_two_gloo_ranks_match_the_formula(tmp_path):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     out = str(tmp_path / "records.pt")
-    mp.spawn(_spawned, args=(2, str(tmp_path / "rdv"), out), nprocs=2, join=True)
+    spawn_ranks(_spawned, str(tmp_path / "rdv"), (out,))
     _check(torch.load(out), 2)
 
 

@@ -1,15 +1,12 @@
 """LoRA on the transformers policy: only the adapter trains, the reference is the base model with
 the adapter off (no copy), the merged export is base + adapter, and 2 gloo ranks update as 1."""
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 pytest.importorskip("peft")
 
+from tests.trainer.ranks import spawn_ranks  # noqa: E402
 from trainer.config import TrainerConfig  # noqa: E402
 from trainer.data.pairs import Pair  # noqa: E402
 from trainer.engine import Trainer  # noqa: E402
@@ -103,32 +100,24 @@ def _grads(trainer: Trainer) -> dict:
     return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
 
-def _rank(rank: int, world: int, rendezvous: str, path: str, out: str) -> None:
-    torch.set_num_threads(1)
-    if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    try:
-        cfg = _cfg(path, lora=False)
-        trainer = Trainer(cfg, policy=build_policy(cfg))
-        sft = trainer.sft_step(PAIRS)
-        sft_grads = _grads(trainer)
-        trainer = Trainer(cfg, policy=build_policy(cfg))
-        rollouts, values = _rollouts(trainer)
-        mine = slice(rank * len(rollouts) // world, (rank + 1) * len(rollouts) // world)
-        grpo = _update(trainer, rollouts[mine], values[mine])
-        if rank == 0:
-            torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
-    finally:
-        if world > 1:
-            dist.destroy_process_group()
+def _rank(rank: int, world: int, path: str, out: str) -> None:
+    cfg = _cfg(path, lora=False)
+    trainer = Trainer(cfg, policy=build_policy(cfg))
+    sft = trainer.sft_step(PAIRS)
+    sft_grads = _grads(trainer)
+    trainer = Trainer(cfg, policy=build_policy(cfg))
+    rollouts, values = _rollouts(trainer)
+    mine = slice(rank * len(rollouts) // world, (rank + 1) * len(rollouts) // world)
+    grpo = _update(trainer, rollouts[mine], values[mine])
+    if rank == 0:
+        torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
 
 
 @pytest.mark.slow
 def test_two_gloo_ranks_match_one_process_on_the_hf_path(base_dir, tmp_path):
     single, double = str(tmp_path / "single.pt"), str(tmp_path / "double.pt")
-    _rank(0, 1, "", str(base_dir), single)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.spawn(_rank, args=(2, str(tmp_path / "rdv"), str(base_dir), double), nprocs=2, join=True)
+    _rank(0, 1, str(base_dir), single)
+    spawn_ranks(_rank, str(tmp_path / "rdv"), (str(base_dir), double))
     a, b = torch.load(single), torch.load(double)
     assert a["sft"]["loss"] == pytest.approx(b["sft"]["loss"], rel=1e-5)
     assert a["grpo"]["loss"] == pytest.approx(b["grpo"]["loss"], rel=1e-4, abs=1e-6)
