@@ -1,6 +1,7 @@
 """What `submit` checks on this machine before a job is sent, with the driver's own preflight
 (`service.preflight`): config relations, the data when its files are here, the rewards tried on
-it, and where each user reward's module comes from, so that the cluster can import it too.
+it, a transformers model whose folder is here (as `service.model_checks` checks it on the
+driver), and where each user reward's module comes from, so that the cluster can import it too.
 
 A module inside the uploaded working dir travels with it; one importable here from another folder
 (on PYTHONPATH) is shipped with Ray's `py_modules`; an installed package is left to the cluster's
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rewards.config import IMPORT_SPEC
+from service.model_checks import check_hf_model, run_prompts
 from service.preflight import check_relations, check_run
+from service.run_dir import TINY_MODEL_DIR
 
 
 def _data_files(cfg: Any) -> list[str]:
@@ -34,13 +37,27 @@ def preflight_here(cfg: Any, working_dir: Path | None) -> None:
         working_dir is None
         or Path.cwd().resolve() != working_dir
         or not TASKS[cfg.task.name].checked_at_submit
+        or not all(Path(p).expanduser().is_file() for p in _data_files(cfg))
     ):
-        return
-    if not all(Path(p).expanduser().is_file() for p in _data_files(cfg)):
+        _check_model_here(cfg, [])  # the prompts' fit is left to the driver, which has the data
         return
     task = build_task(cfg)
     eval_set = held_out_eval_pairs(task, cfg)
-    check_run(cfg, task, eval_set, task.training_pairs(lambda line: None), driver=False)
+    train_pairs = task.training_pairs(lambda line: None)
+    check_run(cfg, task, eval_set, train_pairs, driver=False)
+    _check_model_here(cfg, run_prompts(task, eval_set, train_pairs))
+
+
+def _check_model_here(cfg: Any, prompts: list[str]) -> None:
+    """An hf model in a folder on this machine is checked as the driver will check it (its path,
+    remote code, chat template, LoRA's package, the prompts' fit). A hub id or a folder only the
+    cluster has is the driver's to check; so is the tiny model the run makes for itself."""
+    if cfg.model.source != "hf" or not cfg.model.path:
+        return
+    path = Path(str(cfg.model.path)).expanduser()
+    if path.name == TINY_MODEL_DIR or not path.is_dir():
+        return
+    check_hf_model(cfg, prompts)
 
 
 def _module_path(top: str) -> Path | None:

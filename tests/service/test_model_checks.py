@@ -58,3 +58,30 @@ def test_lora_without_peft(tmp_path, capsys, tiny, monkeypatch):
 def test_prompt_and_new_tokens_beyond_the_model_positions(tmp_path, capsys, tiny):
     err = _refused(tmp_path, capsys, f"model.path={tiny}", "sampling.max_new_tokens=90")
     assert "sampling.max_new_tokens" in err and "96 positions" in err
+
+
+def _submit(monkeypatch, *sets: str) -> int:
+    """`client submit` to an address where nothing listens: 2 is a refusal here, 3 a request made."""
+    from pathlib import Path
+
+    from test_client_cli import closed_port_address
+
+    from service.client.cli import main as client_main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    argv = ["submit", "--address", closed_port_address(), "--preset", "hf-smoke"]
+    return client_main([*argv, *(a for s in sets for a in ("--set", s))])
+
+
+def test_submit_checks_a_model_folder_that_is_here(tmp_path, capsys, monkeypatch, tiny):
+    (tmp_path / "empty").mkdir()
+    assert _submit(monkeypatch, f"model.path={tmp_path / 'empty'}") == 2
+    assert "model.path" in capsys.readouterr().err
+    assert _submit(monkeypatch, f"model.path={tiny}", "sampling.max_new_tokens=90") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sampling.max_new_tokens" in err and "96 positions" in err
+
+
+def test_submit_leaves_a_hub_id_to_the_cluster(capsys, monkeypatch):
+    assert _submit(monkeypatch, "model.path=some-org/some-model") == 3  # checked, then the request
+    assert "some-org/some-model" not in capsys.readouterr().err
