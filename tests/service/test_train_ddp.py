@@ -75,6 +75,8 @@ def one_sft_and_one_grpo_update(out_path: str) -> None:
         sft_stats=torch.tensor([sft["loss"], sft["grad_norm"]]),
     )
 
+    snapshots["sampled"] = _sampled_by_the_service_path(trainer, pairs[SFT_PAIRS:], rank, world)
+
     rollouts, completions, targets = [], [], []
     for index in shard(list(range(GRPO_PROMPTS)), rank, world):
         pair = pairs[SFT_PAIRS + index]
@@ -100,6 +102,29 @@ def one_sft_and_one_grpo_update(out_path: str) -> None:
     snapshots["empty_update"] = torch.tensor(grpo["empty_update"])
     if rank == 0:
         torch.save(snapshots, out_path)
+
+
+class _KeptTexts:
+    """A RewardSource that only keeps what it is given: the sampled completions, in order."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def submit(self, completions, targets, group_ids=None, *, fields=None):
+        self.texts += list(completions)
+
+
+def _sampled_by_the_service_path(trainer: Trainer, prompts: list, rank: int, world: int) -> list[str]:
+    """Every rank's completions of the step's prompts, in prompt order, through `Trainer.sample`
+    as a GRPO step runs it (each rank its share, at its offset in the step)."""
+    mine = shard(prompts, rank, world)
+    kept = _KeptTexts()
+    trainer.sample(mine, kept, first_index=rank * len(mine))
+    if world == 1:
+        return kept.texts
+    gathered: list = [None] * world
+    torch.distributed.all_gather_object(gathered, kept.texts)
+    return [text for texts in gathered for text in texts]
 
 
 def _ray_train_worker(config: dict) -> None:
@@ -137,6 +162,13 @@ def test_two_gloo_workers_make_the_single_worker_update(local_ray, tmp_path):
 
     assert float(single["empty_update"]) == 0.0, "the GRPO batch must have groups with reward variance"
     assert _max_diff(single["init"], ddp["init"]) == 0.0  # same seed, same start
+    # The service's sampling path: each row's noise is keyed by its prompt's index in the step, so
+    # two ranks sampling half the prompts each (in micro-batches of half the size) give the same
+    # tokens as one worker sampling them all.
+    same = sum(a == b for a, b in zip(single["sampled"], ddp["sampled"], strict=True))
+    print(f"sampled rows identical between 1 and 2 workers: {same} of {len(single['sampled'])}")
+    assert len(single["sampled"]) == GRPO_PROMPTS * CONFIG["sampling"]["group_size"]
+    assert same >= 0.99 * len(single["sampled"])
     for phase, lr in (("sft", SFT_LR), ("grpo", GRPO_LR)):
         grad_scale = max(float(g.abs().max()) for g in single[f"{phase}_grad"].values())
         grad_diff = _max_diff(single[f"{phase}_grad"], ddp[f"{phase}_grad"])
