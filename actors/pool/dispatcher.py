@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 _FETCH_TIMEOUT_S = 60.0  # results are local once ray.wait says ready; this only guards against a bug
 _PING_BACKOFF_S = 0.2
+_FINISHED_GRACE_S = 0.2  # how long a death waits for the results its worker sent before it
 _DIED_PINGS_TO_GIVE_UP = 3  # consecutive ActorDiedError answers: restarts are used up
 _IDLE_SLEEP_S = 1.0
 _GAUGE_EVERY_S = 1.0
@@ -204,9 +205,30 @@ class Dispatcher:
                 slot.name,
                 type(value).__name__,
             )
+            self._keep_finished_calls_locked(slot, now)
             self._take_down_locked(slot, Fault.DIED, now)  # forgets every call of the slot
             return
-        del self._calls[ref]
+        self._finish_call_locked(slot, call, ok, value, now)
+
+    def _keep_finished_calls_locked(self, slot: WorkerSlot, now: float) -> None:
+        """A worker runs its calls in order; the news of its death can overtake the result of a
+        call it finished just before. Those results are kept, so only the call it died under
+        takes the fault (an innocent item alone in a call would otherwise end `error`)."""
+        refs = [c.ref for c in slot.calls]
+        if len(refs) < 2:
+            return
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=_FINISHED_GRACE_S)[0])
+        for call in list(slot.calls):
+            if call.ref not in ready:
+                return
+            try:
+                value = ray.get(call.ref, timeout=0)
+            except Exception:  # noqa: BLE001 - the call it died under (or one after it)
+                return
+            self._finish_call_locked(slot, call, True, value, now)
+
+    def _finish_call_locked(self, slot: WorkerSlot, call: Call, ok: bool, value: Any, now: float) -> None:
+        del self._calls[call.ref]
         slot.remove(call, now)
         if not ok:
             value = failed_block(
