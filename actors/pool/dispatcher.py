@@ -218,12 +218,10 @@ class Dispatcher:
         if len(refs) < 2:
             return
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=_FINISHED_GRACE_S)[0])
+        finished = {ref: (ok, value) for ref, ok, value in _fetch([r for r in refs if r in ready])}
         for call in list(slot.calls):
-            if call.ref not in ready:
-                return
-            try:
-                value = ray.get(call.ref, timeout=0)
-            except Exception:  # noqa: BLE001 - the call it died under (or one after it)
+            ok, value = finished.get(call.ref, (False, None))
+            if not ok:  # the call it died under: it and every later call take the fault's path
                 return
             self._finish_call_locked(slot, call, True, value, now)
 
