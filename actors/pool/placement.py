@@ -19,10 +19,13 @@ guard are the pool's own (`reward_pool.check_error_rate`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -40,6 +43,40 @@ PROBE = ("pool", "inline", "pool", "inline")
 RECHECK_RATIO = 2.0
 
 
+class _InlineThread:
+    """One daemon thread running the calls given to it in order.
+
+    Not a ThreadPoolExecutor: Python joins an executor's threads at exit, so a reward stuck
+    forever in one (the case the deadline is there for) kept its process from ever exiting.
+    """
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="inline-reward", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; the thread ends after its current call, if that ends."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._calls.get_nowait()[0].cancel()
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to the caller, as an executor does
+                future.set_exception(exc)
+
+
 class PlacedRewards:
     """A RewardSource scoring each step in process or on `pool` (mode: auto | inline | pool)."""
 
@@ -49,7 +86,7 @@ class PlacedRewards:
                 f"pool.placement: {mode!r} is not allowed; expected one of 'auto', 'inline', 'pool'"
             )
         self.pool, self.scorer, self.mode, self._log = pool, scorer, mode, log
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inline-reward")
+        self._executor = _InlineThread()
         self._probe: list[str] = list(PROBE) if mode == "auto" else []
         self.where = mode if mode != "auto" else PROBE[0]
         self.cost_ms: dict[str, float | None] = {"inline": None, "pool": None}  # per item, last measured
@@ -73,7 +110,7 @@ class PlacedRewards:
         try:
             results = job.result(timeout=self.pool.cfg.chunk_timeout_s)
         except FutureTimeout:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inline-reward")
+            self._executor = _InlineThread()  # the stuck one is left behind; it cannot block exit
             self._pin(f"scoring {len(completions)} items in process passed pool.chunk_timeout_s="
                       f"{self.pool.cfg.chunk_timeout_s:g}s")  # fmt: skip
             return self.pool.submit(completions, targets, fields=fields)
@@ -160,4 +197,4 @@ class PlacedRewards:
         return stats
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()

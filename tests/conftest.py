@@ -1,0 +1,3 @@
+"""Suite-wide plugins."""
+
+from thread_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: F401  (hooks)
