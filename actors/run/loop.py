@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -186,8 +187,11 @@ class WorkerLoop:
         return self._placed
 
     def _say(self, line: str) -> None:
+        # Written to the stream, not print()ed: Ray Train patches print() in its workers to log
+        # the line as well as print it, so the driver showed every such line twice.
         if self.rank == 0:
-            print(line, flush=True)
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
     def _source(self):
         pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)

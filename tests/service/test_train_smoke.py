@@ -95,6 +95,9 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     assert progress["run_id"] == "smoke-test" and progress["total_steps"] == total
     assert last_record(logs, SUMMARY_PREFIX)["status"] == "succeeded"
     assert f"[train] run smoke-test in {run_dir}" in logs and "Traceback" not in result.stdout
+    # A trainer worker's line reaches the driver once (Ray Train's print patch had doubled it).
+    placement = [line for line in logs.splitlines() if "[placement] rewards scored" in line]
+    assert len(placement) == 1, placement
 
 
 def _run_until_step_then_sigterm(args: list[str], stop_at: int) -> tuple[int, str]:
