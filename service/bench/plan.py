@@ -44,7 +44,7 @@ class BenchPlan:
 
 
 def quick_plan() -> BenchPlan:
-    """Every section at its smallest useful size: under 3 minutes on 2 quiet CPUs."""
+    """Every section at its smallest useful size: about 6 minutes on 2 quiet CPUs."""
     return BenchPlan(
         mode="quick",
         reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=5, dispatch_calls=50),
@@ -58,12 +58,13 @@ def quick_plan() -> BenchPlan:
             inline_wait_items=16,
             grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
             grpo_steps=2,
+            grpo_rounds=1,
         ),
     )
 
 
 def full_plan() -> BenchPlan:
-    """More repeats, the whole chunk sweep and section 4's extra rows (about 10 minutes on 2 CPUs)."""
+    """More repeats, the whole chunk sweep and section 4's extra rows (about 20 minutes on 2 CPUs)."""
     return BenchPlan(
         mode="full",
         reward=RewardPlan(worker_counts=worker_counts(), repeats=15, dispatch_calls=200),

@@ -26,6 +26,7 @@ from rewards.config import UserRewardSpec
 from rewards.engine import EngineUnavailable, find_engine
 from service.bench.cost_rewards import COSTS
 from service.bench.grpo import reference_config
+from service.bench.grpo_trial import merge_trials
 from service.bench.isolated import run_isolated
 from service.bench.pool_workload import realistic_batch
 from service.bench.results import add_table, new_section, set_headline
@@ -54,6 +55,7 @@ class RewardCostPlan:
     grpo_costs: tuple[str, ...] = ("fen (~0.02 ms CPU)", "cpu 1 ms", "io 20 ms (async)")
     grpo_steps: int = 3
     grpo_warmup: int = 1
+    grpo_rounds: int = 2  # every (reward, placement) trial once per round, alternating: load hits all alike
     max_new_tokens: int = 64
     engine_positions: int = 32
     alone_costs: tuple[str, ...] = tuple(COSTS)  # rewards measured alone (the engine row aside)
@@ -124,16 +126,17 @@ def _grpo(plan: RewardCostPlan) -> dict[str, dict[str, Any]]:
         "min_chunk_size": 16,
         "concurrency_per_worker": plan.concurrency,
     }
-    out = {}
-    for cost in plan.grpo_costs:
-        spec, _ = COSTS[cost]
-        # auto probes both sides in its first steps: they are its warm-up here
-        for kind in ("inline", "pool", "auto") if cost == AUTO_COST else ("inline", "pool"):
-            warmup = max(plan.grpo_warmup, len(PROBE)) if kind == "auto" else plan.grpo_warmup
-            kwargs = {"trainer_cfg": base, "rewards": kind, "steps": plan.grpo_steps, "warmup": warmup,
-                      "threads": 2, "pool_cfg": pool_cfg, "gcs_address": gcs, "reward": _reward(spec).model_dump()}  # fmt: skip
-            out[f"{cost} | {kind}"] = run_isolated(_TRIAL, kwargs)
-    return out
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(plan.grpo_rounds):
+        for cost in plan.grpo_costs:
+            spec, _ = COSTS[cost]
+            # auto probes both sides in its first steps: they are its warm-up here
+            for kind in ("inline", "pool", "auto") if cost == AUTO_COST else ("inline", "pool"):
+                warmup = max(plan.grpo_warmup, len(PROBE)) if kind == "auto" else plan.grpo_warmup
+                kwargs = {"trainer_cfg": base, "rewards": kind, "steps": plan.grpo_steps, "warmup": warmup,
+                          "threads": 2, "pool_cfg": pool_cfg, "gcs_address": gcs, "reward": _reward(spec).model_dump()}  # fmt: skip
+                runs.setdefault(f"{cost} | {kind}", []).append(run_isolated(_TRIAL, kwargs))
+    return {name: merge_trials(trials) for name, trials in runs.items()}
 
 
 def bench_reward_cost(plan: RewardCostPlan) -> dict[str, Any]:
@@ -199,7 +202,9 @@ def _grpo_table(section: dict[str, Any], grpo: dict[str, dict[str, Any]]) -> Non
         [name, r["step_s"], r["reward_critical_s"], r["reward_fraction"], r["completions_per_s"]]
         for name, r in grpo.items()
     ]
-    add_table(section, "Inside whole GRPO steps (reference configuration, fresh policy; medians)",
+    rounds = max(r.get("runs", 1) for r in grpo.values())
+    title = f"Inside whole GRPO steps (reference configuration, fresh policy; medians over {rounds} alternating round(s))"
+    add_table(section, title,
               ["reward | scored", "step s", "reward on the critical path s", "reward share", "completions/s"], rows)  # fmt: skip
 
 

@@ -193,6 +193,7 @@ def toy_plan() -> BenchPlan:
             warmup=0,
             inline_wait_items=8,
             grpo_steps=1,
+            grpo_rounds=1,
             grpo_costs=("fen (~0.02 ms CPU)", "io 20 ms (async)"),
             max_new_tokens=12,
             engine_positions=2,
