@@ -204,8 +204,8 @@ def bench_train_step(plan: TrainStepPlan) -> dict[str, Any]:
     section["notes"].append(f"Peak memory: {method}.")
     if any((size, name) not in runs for size in sizes for name in modes):
         section["notes"].append(
-            f"bf16 autocast only on `{sizes[0]}`: this CPU has no native bf16 (no avx512_bf16 / amx_bf16), "
-            "so bf16 matmuls are emulated and the larger model's bf16 rows alone would take many minutes."
+            f"bf16 autocast only on `{sizes[0]}` ({resolve_dtype('auto', 'cpu')[1]}): bf16 matmuls are "
+            "emulated here, and the larger model's bf16 rows alone would take many minutes."
         )
     section["data"] = {"device": device, "batch": batch, "seq_len": seq_len, "results": results}
     _headline(section, device, results)
