@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from actors.pool.reward_pool import RewardPool
-from actors.run.control import start_run_control
+from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec, train_loop_per_worker
 from actors.run.threads import wait_policy_env
 from service.config import ServiceConfig, prompt_format, trainer_config
@@ -79,13 +79,12 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     level = logging.INFO if verbose else logging.WARNING
     if not verbose:
         quiet_driver_loggers()
+    os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_DEFAULT_S)  # a user's own value wins
     address = os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=True, logging_level=level)
         started = False
     else:
-        # The Train controller polls its workers every 2 s by default; a finished run should not wait that long.
-        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
         os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         # One node plays every role: it offers the custom resources and labels the run asks for.

@@ -25,6 +25,13 @@ CHECKPOINT = "checkpoint"  # {"step": ..., "path": ...}
 ERROR = "error"  # {"step": ..., "reason": ...}: the loop is about to raise
 EVENT_KINDS = (START, STEP, EVAL, CHECKPOINT, ERROR)
 
+# Ray Train's controller collects the workers' reports every 2 s by default, and a report (a
+# checkpoint) waits until the previous one is collected: checkpoints closer than that, and the end
+# of every run, would wait for the poll. Ray Train hands this variable from the driver to its
+# controller and workers, on a joined cluster as on a local one.
+TRAIN_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+TRAIN_POLL_DEFAULT_S = "0.5"
+
 
 class RunControl:
     """Plain class (tested without Ray); `start_run_control` makes it an actor."""

@@ -15,6 +15,7 @@ A checkpoint at step s therefore covers every record up to s.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +32,7 @@ import torch
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
-from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
+from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, TRAIN_POLL_ENV
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads
 from trainer.checkpoint import (
@@ -83,6 +84,7 @@ def runtime_settings(trainer: Trainer) -> dict[str, Any]:
         "precision_reason": trainer.precision.reason,
         "model_compile": cfg.model.compile and compilable,
         "sampling_compile": cfg.sampling.compile and compilable,
+        TRAIN_POLL_ENV: os.environ.get(TRAIN_POLL_ENV),  # how long a checkpoint may wait for Ray Train
     }
 
 

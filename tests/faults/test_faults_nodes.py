@@ -29,6 +29,8 @@ from fault_runs import (
 )
 from ray_nodes import LocalCluster
 
+from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RUN_TIMEOUT_S = 600.0  # a loaded 2-core machine runs these steps 10-50x slower than an idle one
@@ -112,6 +114,10 @@ def test_trainers_run_on_the_trainer_node_and_every_reward_worker_on_reward_node
     assert len(rewards) == 3 and set(rewards) <= {"reward-a", "reward-b"}, placement
     # The head runs no work (it has no CPUs); the run's control actor is pinned beside the driver.
     assert placement.get("RunControl") == ["head"], placement
+    # The driver's poll interval reached Ray Train's workers on the trainer node (checkpoints
+    # every 2 steps would otherwise wait for Ray Train's 2 s poll each time).
+    runtime = json.loads((reference.run_dir / "runtime.json").read_text())
+    assert runtime[TRAIN_POLL_ENV] == TRAIN_POLL_DEFAULT_S, runtime
 
 
 def test_a_reward_node_killed_mid_run_changes_no_reward(cluster, cluster_reference, tmp_path):
