@@ -53,7 +53,7 @@ class CausalSelfAttention(nn.Module):
         # [B, T, 3, H, D] -> three [B, H, T, D]
         q, k, v = self.c_attn(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4).unbind(0)
         if kv_cache is not None:
-            k, v = kv_cache.write(layer, cols, k, v)  # [B, H, T_max, D]
+            k, v = kv_cache.write(layer, cols, k, v)  # [B, H, Tk, D]
             q = q.to(k.dtype)
         y = F.scaled_dot_product_attention(
             q,
@@ -174,12 +174,8 @@ class GPT(nn.Module):
         b, t = idx.shape
         cols, mask = None, None
         if kv_cache is not None:
-            cols = kv_cache.key_index[:t] + kv_cache.pos  # [T] columns written by this call
-            if attn_mask is None:
-                kv_cache.key_valid.index_fill_(1, cols, True)
-            else:
-                kv_cache.key_valid.index_copy_(1, cols, attn_mask.bool())
-            mask = attention_mask(kv_cache.key_valid, cols, kv_cache.key_index)
+            cols, key_valid, key_cols = kv_cache.open(t, attn_mask)  # cols [T]: written by this call
+            mask = attention_mask(key_valid, cols, key_cols)
             if position_ids is None:
                 if attn_mask is not None:
                     raise ValueError("forward with kv_cache and attn_mask needs explicit position_ids")
@@ -202,7 +198,7 @@ class GPT(nn.Module):
             else:
                 x = block(x, mask, kv_cache, layer, cols)
         if kv_cache is not None:
-            kv_cache.pos.add_(t)
+            kv_cache.advance(t)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]
         return self.head(self.transformer.ln_f(x))

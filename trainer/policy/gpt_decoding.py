@@ -55,7 +55,7 @@ class _StaticCacheSlot:
         key = (c.n_layer, c.n_head, c.n_embd, c.block_size, n, device, dtype)
         if cls.key != key:
             cls.cache = None  # free the old buffers before allocating new ones
-            cls.cache = KVCache.for_model(c, n, c.block_size, device=device, dtype=dtype)
+            cls.cache = KVCache.for_model(c, n, c.block_size, device=device, dtype=dtype, static=True)
             for t in cls.cache.tensors():
                 torch._dynamo.mark_static_address(t)
             cls.key = key

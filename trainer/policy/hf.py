@@ -5,7 +5,8 @@ The model is loaded in float32 (master weights; bf16 is the trainer's autocast) 
 log-prob pass, SFT, DDP and checkpoints treat it as they treat the built-in GPT. Left padding needs
 explicit positions (they count real tokens), which every forward here passes, as `generate` does.
 Decoding prefills each prompt once into the model's own cache (`DynamicCache`), repeats it for
-the K completions (`batch_repeat_interleave`) and feeds one token per step.
+the K completions (`batch_repeat_interleave`), moves its layers into buffers of the final length
+(`hf_cache.preallocate`) and feeds one token per step.
 
 With `model.lora` the model is wrapped by peft: only the adapter's parameters require gradients
 (so only they reach the optimiser), and the KL reference is the same module with the adapter
@@ -26,6 +27,7 @@ from trainer.config import ModelConfig, SamplingConfig
 from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
 from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
+from trainer.policy.hf_cache import preallocate
 from trainer.policy.hf_tokenizer import HFTokenizer
 
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
@@ -160,6 +162,7 @@ class HFPolicy:
         )
         cache = out.past_key_values
         cache.batch_repeat_interleave(k)  # one prefill per prompt serves its K rows
+        preallocate(cache, max_len)  # each step writes its column instead of copying the cache
         seen = torch.ones((b * k, max_len), dtype=torch.long, device=ids.device)  # [N, T_max]
         seen[:, :p] = mask.repeat_interleave(k, dim=0)
         next_pos = mask.sum(1).repeat_interleave(k)  # [N] position of the first completion token

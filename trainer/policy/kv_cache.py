@@ -1,8 +1,11 @@
 """Preallocated key/value cache for incremental decoding.
 
 All rows of a batch share one write position: prompts are left-padded, so after the prefill every
-row's next token goes to the same column. That keeps every shape static during decoding (what
-torch.compile and CUDA graphs need); the `key_valid` mask keeps left pads out of attention.
+row's next token goes to the same column; the `key_valid` mask keeps left pads out of attention.
+A `static` cache keeps every shape fixed while decoding (what torch.compile and CUDA graphs need):
+each step attends over all `max_len` columns, the unwritten ones masked. An eager cache counts the
+written columns on the host and attends over those only: reading keys and values is what a decode
+step's attention costs, and on average half the columns are not written yet.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class KVCache:
         *,
         device: torch.device | str,
         dtype: torch.dtype,
+        static: bool = False,
     ) -> None:
         if min(n_layer, batch, n_head, max_len, head_dim) < 1:
             raise ValueError(
@@ -42,10 +46,20 @@ class KVCache:
         self.key_index = torch.arange(max_len, device=device)  # [T_max] column numbers
         self.pos = torch.zeros((), device=device, dtype=torch.long)  # next column to write
         self.batch, self.max_len, self.dtype = batch, max_len, dtype
+        self.static = static
+        self.length = 0  # columns written so far, counted on the host (not kept by a static cache)
+        self._start = 0  # first column of the current call (eager)
 
     @classmethod
     def for_model(
-        cls, config, batch: int, max_len: int, *, device: torch.device | str, dtype: torch.dtype
+        cls,
+        config,
+        batch: int,
+        max_len: int,
+        *,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        static: bool = False,
     ) -> KVCache:
         """A cache shaped for a GPT built from `config` (a trainer.config.ModelConfig)."""
         return cls(
@@ -56,6 +70,7 @@ class KVCache:
             config.n_embd // config.n_head,
             device=device,
             dtype=dtype,
+            static=static,
         )
 
     def tensors(self) -> list[Tensor]:
@@ -66,13 +81,44 @@ class KVCache:
         """Forget all content (buffers are reused; stale keys stay masked out by `key_valid`)."""
         self.key_valid.zero_()
         self.pos.zero_()
+        self.length = 0
+
+    def open(self, t: int, attn_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Start a call that writes `t` columns (`attn_mask` `[N, t]`: which are real tokens; None:
+        all). Returns the columns it writes `[t]`, and `key_valid` and the column numbers of the
+        keys it attends over (`[N, Tk]`, `[Tk]`: every column if static, else those written)."""
+        if self.static:
+            cols = self.key_index[:t] + self.pos
+            if attn_mask is None:
+                self.key_valid.index_fill_(1, cols, True)
+            else:
+                self.key_valid.index_copy_(1, cols, attn_mask.bool())
+            return cols, self.key_valid, self.key_index
+        start, end = self.length, self.length + t
+        if end > self.max_len:
+            raise ValueError(f"writing {t} columns after {start} overflows the cache's {self.max_len}")
+        self._start = start
+        self.key_valid[:, start:end] = True if attn_mask is None else attn_mask.bool()
+        return self.key_index[start:end], self.key_valid[:, :end], self.key_index[:end]
 
     def write(self, layer: int, cols: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store `k`, `v` `[N, H, T, D]` at columns `cols` `[T]`; return the layer's whole buffers."""
+        """Store `k`, `v` `[N, H, T, D]` at columns `cols` `[T]` (from `open`); return the layer's
+        keys and values to attend over (`[N, H, Tk, D]`, as `open` said)."""
         kbuf, vbuf = self.k[layer], self.v[layer]
-        kbuf.index_copy_(2, cols, k.to(kbuf.dtype))
-        vbuf.index_copy_(2, cols, v.to(vbuf.dtype))
-        return kbuf, vbuf
+        if self.static:
+            kbuf.index_copy_(2, cols, k.to(kbuf.dtype))
+            vbuf.index_copy_(2, cols, v.to(vbuf.dtype))
+            return kbuf, vbuf
+        end = self._start + k.shape[2]
+        kbuf[:, :, self._start : end] = k
+        vbuf[:, :, self._start : end] = v
+        return kbuf[:, :, :end], vbuf[:, :, :end]
+
+    def advance(self, t: int) -> None:
+        """The call's `t` columns are written: the next call writes after them."""
+        self.pos.add_(t)
+        if not self.static:  # a static cache's step compiles once: no Python value may change
+            self.length += t
 
     def load_repeated(self, prefix: KVCache, repeats: int) -> None:
         """Fill this cache's first columns with `prefix`, each of its rows repeated `repeats` times.
@@ -91,3 +137,4 @@ class KVCache:
         self.key_valid.zero_()
         self.key_valid[:, :p].unflatten(0, (b, repeats)).copy_(prefix.key_valid.unsqueeze(1))
         self.pos.copy_(prefix.pos)
+        self.length = prefix.length

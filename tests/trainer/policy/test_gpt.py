@@ -105,16 +105,37 @@ def test_kv_cache_matches_full_forward_with_left_padding():
     torch.testing.assert_close(incremental[mask], full[mask], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_kv_cache_reads_only_written_columns_unless_static(static):
+    """An eager cache attends over the columns written so far, a static one over all of them
+    (masked): the logits agree, and the eager cache refuses to overflow."""
+    model = tiny()
+    idx = torch.randint(4, V, (2, 10))
+    mask = torch.ones_like(idx, dtype=torch.bool)
+    mask[1, :2] = False
+    pos = positions_from_mask(mask)
+    full = model(idx, pos, mask)
+    cache = KVCache.for_model(model.config, 2, 12, device="cpu", dtype=torch.float32, static=static)
+    steps = [model(idx[:, :6], pos[:, :6], mask[:, :6], kv_cache=cache)]
+    for t in range(6, 10):
+        steps.append(model(idx[:, t : t + 1], pos[:, t : t + 1], kv_cache=cache))
+    torch.testing.assert_close(torch.cat(steps, dim=1)[mask], full[mask], rtol=0, atol=1e-5)
+    assert int(cache.pos) == 10 and cache.length == (0 if static else 10)
+    if not static:
+        with pytest.raises(ValueError, match="overflows the cache's 12"):
+            model(idx[:, :3], pos[:, :3], mask[:, :3], kv_cache=cache)
+
+
 def test_kv_cache_load_repeated_and_errors():
     cfg = ModelConfig(size="tiny", block_size=64)
     prefix = KVCache.for_model(cfg, 2, 5, device="cpu", dtype=torch.float32)
     for t in prefix.k + prefix.v:
         t.normal_()
     prefix.key_valid[:, 2:] = True
-    prefix.pos.fill_(5)
+    prefix.advance(5)
     big = KVCache.for_model(cfg, 6, 9, device="cpu", dtype=torch.float32)
     big.load_repeated(prefix, 3)
-    assert int(big.pos) == 5
+    assert int(big.pos) == 5 and big.length == 5
     for row in range(6):
         torch.testing.assert_close(big.k[1][row, :, :5], prefix.k[1][row // 3], rtol=0, atol=0)
         assert big.key_valid[row].tolist() == [False, False, True, True, True] + [False] * 4
