@@ -19,17 +19,14 @@ guard are the pool's own (`reward_pool.check_error_rate`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from actors.pool.codec import encode
+from actors.pool.daemon_threads import DaemonThreads
 from actors.pool.reward_pool import RewardPool, _check_error_rate
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
@@ -41,40 +38,7 @@ logger = logging.getLogger(__name__)
 # pays one-off costs: a thread starting, caches filling)
 PROBE = ("pool", "inline", "pool", "inline")
 RECHECK_RATIO = 2.0
-
-
-class _InlineThread:
-    """One daemon thread running the calls given to it in order.
-
-    Not a ThreadPoolExecutor: Python joins an executor's threads at exit, so a reward stuck
-    forever in one (the case the deadline is there for) kept its process from ever exiting.
-    """
-
-    def __init__(self) -> None:
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="inline-reward", daemon=True).start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
-        self._calls.put((future, fn, args))
-        return future
-
-    def shutdown(self) -> None:
-        """Cancel what has not started; the thread ends after its current call, if that ends."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._calls.get_nowait()[0].cancel()
-        self._calls.put(None)
-
-    def _run(self) -> None:
-        while (call := self._calls.get()) is not None:
-            future, fn, args = call
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # handed to the caller, as an executor does
-                future.set_exception(exc)
+INLINE_THREAD = "inline-reward"
 
 
 class PlacedRewards:
@@ -86,7 +50,7 @@ class PlacedRewards:
                 f"pool.placement: {mode!r} is not allowed; expected one of 'auto', 'inline', 'pool'"
             )
         self.pool, self.scorer, self.mode, self._log = pool, scorer, mode, log
-        self._executor = _InlineThread()
+        self._executor = DaemonThreads(1, INLINE_THREAD)
         self._probe: list[str] = list(PROBE) if mode == "auto" else []
         self.where = mode if mode != "auto" else PROBE[0]
         self.cost_ms: dict[str, float | None] = {"inline": None, "pool": None}  # per item, last measured
@@ -110,7 +74,8 @@ class PlacedRewards:
         try:
             results = job.result(timeout=self.pool.cfg.chunk_timeout_s)
         except FutureTimeout:
-            self._executor = _InlineThread()  # the stuck one is left behind; it cannot block exit
+            self._executor.shutdown()  # the stuck call is left behind on a daemon thread: no exit waits for it
+            self._executor = DaemonThreads(1, INLINE_THREAD)
             self._pin(f"scoring {len(completions)} items in process passed pool.chunk_timeout_s="
                       f"{self.pool.cfg.chunk_timeout_s:g}s")  # fmt: skip
             return self.pool.submit(completions, targets, fields=fields)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from actors.pool.daemon_threads import DaemonThreads
 from rewards import Scorer, ScoreResult
 from rewards.concurrent import score_batch_concurrent
 
@@ -21,7 +21,8 @@ class WaitingRunner:
     def __init__(self, concurrency: int, item_timeout_s: float):
         self.concurrency = concurrency
         self.item_timeout_s = item_timeout_s
-        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="reward-io")
+        # daemon threads: a threaded reward stuck past its deadline must not keep the worker from exiting
+        self._executor = DaemonThreads(concurrency, "reward-io")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="reward-loop", daemon=True)
         self._thread.start()
@@ -43,4 +44,4 @@ class WaitingRunner:
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
