@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
