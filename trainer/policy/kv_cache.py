@@ -47,8 +47,7 @@ class KVCache:
         self.pos = torch.zeros((), device=device, dtype=torch.long)  # next column to write
         self.batch, self.max_len, self.dtype = batch, max_len, dtype
         self.static = static
-        self.length = 0  # columns written so far, counted on the host (not kept by a static cache)
-        self._start = 0  # first column of the current call (eager)
+        self.length = 0  # columns written before this call, counted on the host (not kept by a static cache)
 
     @classmethod
     def for_model(
@@ -97,7 +96,6 @@ class KVCache:
         start, end = self.length, self.length + t
         if end > self.max_len:
             raise ValueError(f"writing {t} columns after {start} overflows the cache's {self.max_len}")
-        self._start = start
         self.key_valid[:, start:end] = True if attn_mask is None else attn_mask.bool()
         return self.key_index[start:end], self.key_valid[:, :end], self.key_index[:end]
 
@@ -109,9 +107,10 @@ class KVCache:
             kbuf.index_copy_(2, cols, k.to(kbuf.dtype))
             vbuf.index_copy_(2, cols, v.to(vbuf.dtype))
             return kbuf, vbuf
-        end = self._start + k.shape[2]
-        kbuf[:, :, self._start : end] = k
-        vbuf[:, :, self._start : end] = v
+        start = self.length  # `advance` moves it only after every layer has written
+        end = start + k.shape[2]
+        kbuf[:, :, start:end] = k
+        vbuf[:, :, start:end] = v
         return kbuf[:, :, :end], vbuf[:, :, :end]
 
     def advance(self, t: int) -> None:
