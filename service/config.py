@@ -102,6 +102,14 @@ class ScalingConfig(Frozen):
         description="torch threads of each trainer worker; unset: the node's cores shared among the trainer "
         "workers on it (Ray alone would give ceil(cpus_per_worker))",
     )
+    sampling_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of a CPU trainer worker while it decodes; unset: timed when the worker "
+        "starts (a short greedy decode of its policy with 1, 2, 4 .. torch_threads threads; fewer threads "
+        "are kept only when at least 1.2x faster, as small models are under the passive wait policy); set it "
+        "for the same numerics on every run and machine",
+    )
     omp_wait_policy: Literal["passive", "active", "inherit"] = Field(
         "passive",
         description="OpenMP threads between parallel regions: passive sleeps (OMP_WAIT_POLICY=PASSIVE, "

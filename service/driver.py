@@ -258,6 +258,7 @@ class RunDriver:
             scorer=self._scorer,
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
+            sampling_threads=self.cfg.scaling.sampling_threads,
         )
         trainer = build_trainer(self.cfg, spec, control)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)

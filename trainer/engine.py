@@ -38,12 +38,14 @@ from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
+from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, generate
 from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
+from trainer.threads import torch_threads
 
 EVAL_PROMPTS_PER_BATCH = 64
 
@@ -101,6 +103,7 @@ class Trainer:
         )
         self._reference: Reference | None = None  # built at the first GRPO step when grpo.beta > 0
         self.sample_generator = torch.Generator(device=self.device)
+        self.sampling_threads: int | None = None  # torch threads while decoding; None: as set for the process
         self.optimizers: dict[str, GuardedOptimizer] = {}
         self.sft_steps = 0
         self.grpo_steps = 0
@@ -208,13 +211,22 @@ class Trainer:
             keys = row_keys(
                 self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
             )
-            with self.precision.autocast():
+            with self.precision.autocast(), torch_threads(self.sampling_threads):
                 rollout = generate(self.policy, prompts, cfg, row_keys=keys)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
             rollouts.append(rollout)
         return rollouts, tickets
+
+    def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
+        """Time a short greedy decode of `prompt` under each thread count, and sample with the
+        fastest from now on (`trainer.sampling.decode_threads`)."""
+        ids = self.tokenizer.encode_prompt(prompt)
+        with self.precision.autocast():
+            chosen = time_decode_threads(self.policy, ids, self.cfg.sampling, candidates)
+        self.sampling_threads = chosen.threads
+        return chosen
 
     def reference_logprobs(self, rollouts: Sequence[Rollout]) -> list[Tensor] | None:
         """Log-probs `[N, L]` of each rollout under the reference model; None when beta = 0.
@@ -411,7 +423,7 @@ class Trainer:
         completions: list[str] = []
         for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
-            with self.precision.autocast():
+            with self.precision.autocast(), torch_threads(self.sampling_threads):
                 rollout = generate(self.policy, prompts, cfg, generator=generator, greedy=greedy)
             completions.extend(self.completions(rollout)[1])
         return completions

@@ -34,7 +34,7 @@ from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, TRAIN_POLL_ENV
 from actors.run.step_data import StepData
-from actors.run.threads import apply_threads
+from actors.run.threads import apply_threads, choose_sampling_threads
 from trainer.checkpoint import (
     CheckpointWriteError,
     list_checkpoints,
@@ -72,6 +72,7 @@ class LoopSpec:
     checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
+    sampling_threads: int | None = None  # None: timed at start (`actors.run.threads.choose_sampling_threads`)
     scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
 
 
@@ -107,6 +108,8 @@ class WorkerLoop:
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
         self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
+        prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
+        threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
         self.runtime = {**runtime_settings(self.trainer), **threads}
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None

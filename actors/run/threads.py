@@ -11,9 +11,12 @@ cluster it belongs in the job's runtime_env.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from trainer.engine import Trainer
 
 WAIT_POLICY_ENV: dict[str, dict[str, str]] = {
     "passive": {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"},  # GNU and Intel OpenMP
@@ -55,3 +58,29 @@ def apply_threads(threads: int | None, workers_on_node: int) -> dict[str, Any]:
         "usable_cores": usable_cores(),
         **{k: os.environ.get(k) for k in RECORDED_ENV},
     }
+
+
+def thread_candidates(threads: int) -> list[int]:
+    """1, 2, 4 .. below `threads`, and `threads`: the counts a worker times its decoding with."""
+    counts, n = [], 1
+    while n < threads:
+        counts.append(n)
+        n *= 2
+    return [*counts, threads]
+
+
+def choose_sampling_threads(trainer: Trainer, setting: int | None, prompt: str | None) -> dict[str, Any]:
+    """Set `trainer.sampling_threads`: `setting` when given; else, on CPU with more than one torch
+    thread, timed on the trainer's own policy with `prompt` (`trainer.sampling.decode_threads`).
+    Returns what runtime.json records about it."""
+    threads = torch.get_num_threads()
+    if setting is not None:
+        trainer.sampling_threads = setting
+        return {"sampling_threads": setting, "sampling_threads_from": "scaling.sampling_threads"}
+    if trainer.device.type != "cpu" or threads == 1 or not prompt:
+        why = (
+            "not CPU" if trainer.device.type != "cpu" else "one torch thread" if threads == 1 else "no prompt"
+        )
+        return {"sampling_threads": threads, "sampling_threads_from": f"torch_threads ({why})"}
+    chosen = trainer.time_sampling_threads(prompt, thread_candidates(threads))
+    return {**chosen.record(), "sampling_threads_from": "timed at start"}

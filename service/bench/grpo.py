@@ -28,9 +28,10 @@ from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows
 from service.bench.grpo_trial import merge_trials
 from service.bench.isolated import run_isolated
 from service.bench.results import add_table, new_section, set_headline
-from service.bench.timing import interleaved_times, torch_threads
+from service.bench.timing import interleaved_times
 from service.presets import PRESETS
 from trainer.config import TrainerConfig
+from trainer.threads import torch_threads
 
 GRPO_HEADLINE = (
     "reward_wait_fraction",

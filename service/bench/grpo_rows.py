@@ -40,6 +40,7 @@ def shipped_settings(device: str) -> dict[str, Any]:
         "sampling.compile": demo.sampling.compile and compilable,
         "torch_threads": scaling.torch_threads or default_threads(scaling.num_workers),
         "omp_wait_policy": scaling.omp_wait_policy,
+        "sampling_threads": scaling.sampling_threads or "timed",  # timed at start when unset
         "env": wait_policy_env(scaling.omp_wait_policy),
     }
 
@@ -81,6 +82,11 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
                 dict(options),
             )
         )
+    if device == "cpu" and ship["torch_threads"] > 1:
+        timed = ship["sampling_threads"] == "timed"
+        options = {**options, "sampling_threads": "auto" if timed else ship["sampling_threads"]}
+        what = "timed at start" if timed else f"{ship['sampling_threads']}"
+        rows.append((f"+ decode threads as shipped ({what})", {}, dict(options)))
     if device == "cuda":
         updates = {"precision.tf32": True}
         rows.append(("+ TF32", dict(updates), dict(options)))

@@ -26,6 +26,7 @@ import torch
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from actors.run.threads import choose_sampling_threads
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.bench.isolated import PeakMemory
 from service.bench.timing import median
@@ -249,8 +250,12 @@ def run_trial(
     gcs_address: str | None = None,
     legacy_logprobs: bool = False,
     reward: dict[str, Any] | None = None,
+    sampling_threads: int | str | None = None,
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
+
+    sampling_threads: torch threads while decoding (None: `threads`; "auto": timed at start as a
+    trainer worker does, `actors.run.threads.choose_sampling_threads`).
 
     The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
     """
@@ -269,6 +274,10 @@ def run_trial(
     pairs = generate_pairs(
         (warmup + steps) * n, seed=GRPO_DATA_SEED, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies
     )
+    decode = {}
+    if sampling_threads is not None:
+        setting = None if sampling_threads == "auto" else int(sampling_threads)
+        decode = choose_sampling_threads(trainer, setting, pairs[0].prompt)
     records = []
     try:
         memory = PeakMemory(trainer.device)
@@ -294,6 +303,7 @@ def run_trial(
         "precision": trainer.precision.dtype,
         "torch_threads": torch.get_num_threads(),
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+        **decode,
     }
     if isinstance(source, PlacedRewards):
         runtime["placement_decisions"] = source.decisions

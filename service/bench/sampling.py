@@ -19,12 +19,13 @@ from typing import Any
 import torch
 
 from service.bench.results import add_table, new_section, set_headline
-from service.bench.timing import interleaved_times, median, torch_threads
+from service.bench.timing import interleaved_times, median
 from trainer.config import ModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.sampling.sampler import generate
+from trainer.threads import torch_threads
 
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 

@@ -1,4 +1,4 @@
-"""Timing utilities: interleaved repeats after a warm-up, medians, and torch's thread count.
+"""Timing utilities: interleaved repeats after a warm-up, and medians.
 
 Every figure of the benchmark is a median of several timed repeats taken after untimed
 warm-up calls. Variants that are compared with each other run interleaved (A, B, A, B, ...)
@@ -7,12 +7,9 @@ so that a burst of background load slows both alike instead of one of them.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
-
-import torch
+from collections.abc import Callable, Mapping
 
 
 def median(values: list[float]) -> float:
@@ -42,17 +39,3 @@ def interleaved_times(
             if round_index >= warmup:
                 times[name].append(elapsed)
     return times
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with `torch.set_num_threads(n)` (None: leave it), restoring it afterwards."""
-    before = torch.get_num_threads()
-    if n is not None:
-        if n < 1:
-            raise ValueError(f"threads must be >= 1, got {n}")
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -3,8 +3,19 @@
 import pytest
 import torch
 
-from actors.run.threads import apply_threads, default_threads, usable_cores, wait_policy_env
+from actors.run.threads import (
+    apply_threads,
+    choose_sampling_threads,
+    default_threads,
+    thread_candidates,
+    usable_cores,
+    wait_policy_env,
+)
 from service.config import ScalingConfig
+from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.engine import Trainer
+from trainer.policy.char_tokenizer import CharTokenizer
 
 
 def test_wait_policies():
@@ -25,5 +36,39 @@ def test_threads_default_to_the_cores_shared_among_the_node_workers():
         assert got["torch_threads"] == torch.get_num_threads() == usable_cores()
         assert apply_threads(1, 1)["torch_threads"] == torch.get_num_threads() == 1
         assert "OMP_WAIT_POLICY" in got
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_decoding_is_timed_with_one_two_four_and_all_threads():
+    assert thread_candidates(1) == [1]
+    assert thread_candidates(2) == [1, 2]
+    assert thread_candidates(6) == [1, 2, 4, 6]
+    assert thread_candidates(8) == [1, 2, 4, 8]
+
+
+def test_sampling_threads_are_set_timed_or_left_as_they_are():
+    cfg = TrainerConfig.model_validate(
+        {"sampling": {"group_size": 2, "max_new_tokens": 4, "prompts_per_microbatch": 2}}
+    )
+    trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET))
+    before = torch.get_num_threads()
+    try:
+        assert choose_sampling_threads(trainer, 3, "e2e4") == {
+            "sampling_threads": 3,
+            "sampling_threads_from": "scaling.sampling_threads",
+        }
+        assert trainer.sampling_threads == 3
+        torch.set_num_threads(1)
+        trainer.sampling_threads = None
+        got = choose_sampling_threads(trainer, None, "e2e4")
+        assert got == {"sampling_threads": 1, "sampling_threads_from": "torch_threads (one torch thread)"}
+        assert trainer.sampling_threads is None
+        torch.set_num_threads(2)
+        got = choose_sampling_threads(trainer, None, "e2e4")
+        assert got["sampling_threads_from"] == "timed at start" and got["sampling_threads"] in (1, 2)
+        assert trainer.sampling_threads == got["sampling_threads"]
+        assert set(got["sampling_threads_ms_per_token"]) == {"1", "2"}
+        assert torch.get_num_threads() == 2  # timing restores the process's count
     finally:
         torch.set_num_threads(before)
