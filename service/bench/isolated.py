@@ -7,12 +7,16 @@ ran before it. On CUDA the allocator's own peak (`max_memory_allocated`) is used
 
     run_isolated("service.bench.grpo_trial:run_trial", {"steps": 3, ...})  # -> the function's dict
 
-The child is `python -m service.bench.isolated`; it reads {"target", "kwargs"} as JSON on stdin
-and prints the target's JSON-able result on one line prefixed with RESULT_PREFIX.
+On a machine without CUDA the process is forked from a server that has already imported torch
+(`service.bench.forkserver`, one per environment), which saves 4-5 s of imports per trial;
+otherwise, or where forking is not safe, the child is `python -m service.bench.isolated`, which
+reads {"target", "kwargs"} as JSON on stdin. Either prints the target's JSON-able result on one
+line prefixed with RESULT_PREFIX. BENCH_FORKSERVER=0 turns the servers off.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
@@ -66,26 +70,63 @@ class PeakMemory:
         delta = max(0.0, peak_rss_mb() - self.baseline_mb)
         return {
             "peak_mb": round(delta, 1),
-            "method": "peak RSS delta in a fresh process (ru_maxrss - RSS before step 1)",
+            "method": "peak RSS delta in a process of its own (ru_maxrss - RSS before step 1)",
         }
 
 
-def _resolve(target: str):
+def resolve_target(target: str):
+    """The function named 'package.module:function' (importing its module)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ValueError(f"target must be 'package.module:function', got {target!r}")
     return getattr(importlib.import_module(module_name), attr)
 
 
+_SERVERS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _fork_server(env: dict[str, str] | None):
+    """The fork server for `env`, started on first use; None where servers are off or unsafe."""
+    if os.environ.get("BENCH_FORKSERVER", "1") == "0" or not hasattr(os, "fork") or torch.cuda.is_available():
+        return None  # a CUDA context does not survive fork: GPU trials start fresh interpreters
+    from service.bench.forkserver import ForkServer
+
+    key = tuple(sorted((env or {}).items()))
+    if key not in _SERVERS:
+        _SERVERS[key] = ForkServer(env or {}, _REPO_ROOT)
+    return _SERVERS[key]
+
+
+@atexit.register
+def close_fork_servers() -> None:
+    for server in _SERVERS.values():
+        server.close()
+    _SERVERS.clear()
+
+
+def _result(target: str, rc: int | None, stdout: str, stderr: str, timeout_s: float) -> dict[str, Any]:
+    if rc is None:
+        raise IsolatedRunError(f"{target} did not finish within {timeout_s:g}s")
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX) and rc == 0:
+            return json.loads(line[len(RESULT_PREFIX) :])
+    tail = "\n".join(stderr.strip().splitlines()[-15:])
+    raise IsolatedRunError(f"{target} failed (exit {rc}):\n{tail}")
+
+
 def run_isolated(
     target: str, kwargs: dict[str, Any], timeout_s: float = 900.0, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """`target(**kwargs)` ('package.module:function') in a fresh interpreter; returns its dict.
+    """`target(**kwargs)` ('package.module:function') in a process of its own; returns its dict.
 
     env: variables set in the child on top of this process's (read before torch loads, such as
     OpenMP's wait policy).
     """
-    _resolve(target)  # a typo fails here, with a plain ImportError/AttributeError
+    resolve_target(target)  # a typo fails here, with a plain ImportError/AttributeError
+    server = _fork_server(env)
+    answer = server.run(target, kwargs, timeout_s) if server is not None else None
+    if answer is not None:
+        return _result(target, answer["rc"], answer["stdout"], answer["stderr"], timeout_s)
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     try:
@@ -98,18 +139,14 @@ def run_isolated(
             env=env,
             check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise IsolatedRunError(f"{target} did not finish within {timeout_s:g}s") from exc
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX) and proc.returncode == 0:
-            return json.loads(line[len(RESULT_PREFIX) :])
-    tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-    raise IsolatedRunError(f"{target} failed (exit {proc.returncode}):\n{tail}")
+    except subprocess.TimeoutExpired:
+        return _result(target, None, "", "", timeout_s)
+    return _result(target, proc.returncode, proc.stdout, proc.stderr, timeout_s)
 
 
 def _child() -> None:
     spec = json.loads(sys.stdin.read())
-    result = _resolve(spec["target"])(**spec["kwargs"])
+    result = resolve_target(spec["target"])(**spec["kwargs"])
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
 

@@ -62,6 +62,7 @@ class TrainStepPlan:
     warmup: int = 3
     rounds: int = 1  # each mode runs this many times, interleaved with the others
     seed: int = 0
+    emulated_bf16: bool = True  # measure bf16 on a CPU that only emulates it (smallest size; ~15 s a row)
     cuda_modes: dict[str, tuple[str, bool, bool, bool]] = field(default_factory=lambda: dict(CUDA_MODES))
 
 
@@ -148,10 +149,11 @@ def merge_rounds(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return summarise(merged)
 
 
-def _measured(device: str, size: str, sizes: tuple[str, ...], dtype: str) -> bool:
-    """Every mode on every size, except emulated bf16 (a CPU without native bf16): smallest size only."""
+def _measured(plan: TrainStepPlan, device: str, size: str, sizes: tuple[str, ...], dtype: str) -> bool:
+    """Every mode on every size, except emulated bf16 (a CPU without native bf16): smallest size
+    only, and none with plan.emulated_bf16 off."""
     emulated = device == "cpu" and dtype == "bf16" and resolve_dtype("auto", "cpu")[0] != "bf16"
-    return not emulated or size == sizes[0]
+    return not emulated or (plan.emulated_bf16 and size == sizes[0])
 
 
 def _modes(plan: TrainStepPlan, device: str) -> tuple[tuple[str, ...], tuple[int, int], dict]:
@@ -169,7 +171,10 @@ def bench_train_step(plan: TrainStepPlan) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     rows = []
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {
-        (size, name): [] for size in sizes for name in modes if _measured(device, size, sizes, modes[name][0])
+        (size, name): []
+        for size in sizes
+        for name in modes
+        if _measured(plan, device, size, sizes, modes[name][0])
     }
     for _ in range(plan.rounds):  # every mode once per round: background load spreads over all of them
         for size, name in runs:
@@ -203,8 +208,9 @@ def bench_train_step(plan: TrainStepPlan) -> dict[str, Any]:
     )
     section["notes"].append(f"Peak memory: {method}.")
     if any((size, name) not in runs for size in sizes for name in modes):
+        which = f"only on `{sizes[0]}`" if plan.emulated_bf16 else "not measured (quick plan)"
         section["notes"].append(
-            f"bf16 autocast only on `{sizes[0]}` ({resolve_dtype('auto', 'cpu')[1]}): bf16 matmuls are "
+            f"bf16 autocast {which} ({resolve_dtype('auto', 'cpu')[1]}): bf16 matmuls are "
             "emulated here, and the larger model's bf16 rows alone would take many minutes."
         )
     section["data"] = {"device": device, "batch": batch, "seq_len": seq_len, "results": results}

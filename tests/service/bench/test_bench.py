@@ -245,12 +245,15 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
 def test_emulated_bf16_is_measured_on_the_smallest_size_only(monkeypatch):
     import service.bench.train_step as train_step
 
-    sizes = ("tiny", "small")
+    sizes, plan = ("tiny", "small"), train_step.TrainStepPlan()
+    quick = quick_plan().train_step  # the quick plan leaves emulated bf16 out
     monkeypatch.setattr(train_step, "resolve_dtype", lambda dtype, device: ("fp32", "no native bf16"))
-    assert train_step._measured("cpu", "tiny", sizes, "bf16")
-    assert not train_step._measured("cpu", "small", sizes, "bf16")
-    assert train_step._measured("cpu", "small", sizes, "fp32") and train_step._measured(
-        "cuda", "small", sizes, "bf16"
+    assert train_step._measured(plan, "cpu", "tiny", sizes, "bf16")
+    assert not train_step._measured(quick, "cpu", "tiny", sizes, "bf16")
+    assert not train_step._measured(plan, "cpu", "small", sizes, "bf16")
+    assert train_step._measured(plan, "cpu", "small", sizes, "fp32") and train_step._measured(
+        plan, "cuda", "small", sizes, "bf16"
     )
     monkeypatch.setattr(train_step, "resolve_dtype", lambda dtype, device: ("bf16", "native bf16"))
-    assert train_step._measured("cpu", "small", sizes, "bf16")
+    assert train_step._measured(plan, "cpu", "small", sizes, "bf16")
+    assert train_step._measured(quick, "cpu", "small", sizes, "bf16")
