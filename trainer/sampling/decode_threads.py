@@ -23,7 +23,9 @@ from trainer.sampling.sampler import generate
 from trainer.threads import torch_threads
 
 TIMED_TOKENS = 8  # new tokens per timed decode: enough steps to time, little start-up cost
-ROUNDS = 3  # timed rounds per candidate after one untimed round, candidates alternating
+ROUNDS = 3  # timed rounds per candidate, candidates alternating
+BUDGET_S = 5.0  # no further timed round once the timed ones have taken this long (a large model on CPU)
+SLOW = 2.0  # a count this much slower than the best in its untimed call is not timed, nor fewer threads
 MARGIN = 1.2  # fewer threads than the most are kept only when this much faster: no flip on noise
 
 
@@ -45,24 +47,41 @@ def time_decode_threads(
 ) -> DecodeThreads:
     """Time greedy decoding of one micro-batch (`cfg.prompts_per_microbatch` copies of `prompt`,
     `cfg.group_size` rows each) under each thread count in `candidates`. The most threads are kept
-    unless a smaller count decodes at least MARGIN times faster; then the fastest count wins."""
-    counts = sorted(set(candidates))
-    if not counts or counts[0] < 1:
+    unless a smaller count decodes at least MARGIN times faster; then the fastest count wins.
+
+    After one decode that only warms up, each count decodes once untimed (a count's first call
+    pays one-off costs, such as starting threads), from the most threads down; where a count is
+    SLOW times slower than the best so far, it and the counts below it are left out, so a large
+    model does not decode at length on one thread just to be timed."""
+    counts = sorted(set(candidates), reverse=True)
+    if not counts or counts[-1] < 1:
         raise ValueError(f"thread candidates must be >= 1, got {list(candidates)}")
     if not prompt:
         raise ValueError("time_decode_threads needs a non-empty prompt")
     tokens = min(TIMED_TOKENS, cfg.max_new_tokens)
     timed_cfg = cfg.model_copy(update={"max_new_tokens": tokens})
     prompts = [list(prompt)] * cfg.prompts_per_microbatch
-    times: dict[int, list[float]] = {n: [] for n in counts}
-    for round_index in range(ROUNDS + 1):
-        for n in counts:
-            with torch_threads(n):
-                began = time.perf_counter()
-                generate(policy, prompts, timed_cfg, greedy=True, stop_at_eos=False)
-                elapsed = time.perf_counter() - began
-            if round_index:
-                times[n].append(elapsed * 1e3 / tokens)
+
+    def ms_per_token(threads: int) -> float:
+        with torch_threads(threads):
+            began = time.perf_counter()
+            generate(policy, prompts, timed_cfg, greedy=True, stop_at_eos=False)
+            return (time.perf_counter() - began) * 1e3 / tokens
+
+    ms_per_token(counts[0])  # the very first decode pays for allocations at any count
+    first: dict[int, float] = {}
+    for n in counts:
+        first[n] = ms_per_token(n)
+        if first[n] > SLOW * min(first.values()):
+            break
+    live = [n for n in first if first[n] <= SLOW * min(first.values())]
+    times: dict[int, list[float]] = {n: [] for n in live}
+    began = time.perf_counter()
+    for _ in range(ROUNDS):
+        for n in live:
+            times[n].append(ms_per_token(n))
+        if time.perf_counter() - began > BUDGET_S:
+            break
     per_token = {n: statistics.median(t) for n, t in times.items()}
     return DecodeThreads(pick_threads(per_token), per_token)
 

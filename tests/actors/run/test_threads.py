@@ -68,7 +68,8 @@ def test_sampling_threads_are_set_timed_or_left_as_they_are():
         got = choose_sampling_threads(trainer, None, "e2e4")
         assert got["sampling_threads_from"] == "timed at start" and got["sampling_threads"] in (1, 2)
         assert trainer.sampling_threads == got["sampling_threads"]
-        assert set(got["sampling_threads_ms_per_token"]) == {"1", "2"}
+        assert str(got["sampling_threads"]) in got["sampling_threads_ms_per_token"]
+        assert set(got["sampling_threads_ms_per_token"]) <= {"1", "2"}
         assert torch.get_num_threads() == 2  # timing restores the process's count
     finally:
         torch.set_num_threads(before)

@@ -1,12 +1,15 @@
 """Decoding's thread count: picked by timing with a margin, and the timing leaves sampling unchanged."""
 
+import time
+
 import pytest
 import torch
 
-from trainer.config import TrainerConfig
+from trainer.config import SamplingConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
 from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.sampling import decode_threads
 from trainer.sampling.decode_threads import MARGIN, pick_threads, time_decode_threads
 
 
@@ -49,3 +52,29 @@ def test_bad_candidates_are_refused():
         time_decode_threads(trainer.policy, ids, trainer.cfg.sampling, [0, 2])
     with pytest.raises(ValueError, match="prompt"):
         time_decode_threads(trainer.policy, [], trainer.cfg.sampling, [1])
+
+
+def _fake_decode(monkeypatch, seconds_by_threads: dict[int, float]) -> list[int]:
+    """Decoding that takes a set time by thread count; returns the counts it was called with."""
+    calls: list[int] = []
+
+    def fake(policy, prompts, cfg, **kwargs):
+        calls.append(torch.get_num_threads())
+        time.sleep(seconds_by_threads[calls[-1]])
+
+    monkeypatch.setattr(decode_threads, "generate", fake)
+    return calls
+
+
+def test_a_wide_model_is_not_decoded_on_few_threads_just_to_time_it(monkeypatch):
+    calls = _fake_decode(monkeypatch, {4: 0.02, 2: 0.05, 1: 0.15})  # each thread pays
+    got = time_decode_threads(None, [1], SamplingConfig(max_new_tokens=4), [1, 2, 4])
+    assert 1 not in calls and calls.count(2) == 1  # 2 threads: one untimed call, 2.5x slower: cut
+    assert calls[0] == 4 and calls.count(4) == 5  # a warm-up, an untimed first call, 3 timed rounds
+    assert got.threads == 4 and set(got.ms_per_token) == {4}
+
+
+def test_a_small_model_under_the_passive_policy_takes_one_thread(monkeypatch):
+    calls = _fake_decode(monkeypatch, {4: 0.08, 2: 0.04, 1: 0.02})  # waking threads costs more
+    got = time_decode_threads(None, [1], SamplingConfig(max_new_tokens=4), [1, 2, 4])
+    assert calls[:4] == [4, 4, 2, 1] and got.threads == 1 and set(got.ms_per_token) == {2, 1}
