@@ -41,10 +41,11 @@ TITLE = "7. This service against the TRL peer"
 HEADLINE = ("peer_completions_per_s", "hf_vs_peer")
 PEER_DIR = Path(os.environ.get("GRPO_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers"))
 PEER_PYTHON = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
+HF_ROW = "hf policy, fp32 (the benchmark process's threads and OpenMP settings)"
 TARGETS = {
     "built-in GPT, fp32 reference": 2.5,
     "built-in GPT, shipped settings": 4.0,
-    "hf policy, shipped": 2.0,
+    HF_ROW: 2.0,
 }
 
 
@@ -116,7 +117,10 @@ def _fill(
     section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float]
 ) -> dict[str, Any]:
     peer_rate = median([r["completions_per_s"] for r in peer])
-    rates = {**{k: r["completions_per_s"] for k, r in ours.items()}, "hf policy, shipped": median(hf)}
+    rates = {
+        **{k: r["completions_per_s"] for k, r in ours.items()},
+        HF_ROW: median(hf),
+    }
     tokens = {k: r["completion_tokens"] for k, r in ours.items()}
     rows = [
         [
@@ -144,5 +148,5 @@ def _fill(
     )
     section["data"] = {"peer": peer, "ours": ours, "hf": hf}
     set_headline(section, "peer_completions_per_s", peer_rate)
-    set_headline(section, "hf_vs_peer", rates["hf policy, shipped"] / peer_rate)
+    set_headline(section, "hf_vs_peer", rates[HF_ROW] / peer_rate)
     return section
