@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -102,13 +102,12 @@ class ScalingConfig(Frozen):
         description="torch threads of each trainer worker; unset: the node's cores shared among the trainer "
         "workers on it (Ray alone would give ceil(cpus_per_worker))",
     )
-    sampling_threads: int | None = Field(
+    sampling_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         None,
-        ge=1,
-        description="torch threads of a CPU trainer worker while it decodes; unset: timed when the worker "
-        "starts (a short greedy decode of its policy with 1, 2, 4 .. torch_threads threads; fewer threads "
-        "are kept only when at least 1.2x faster, as small models are under the passive wait policy); set it "
-        "for the same numerics on every run and machine",
+        description="torch threads of a CPU trainer worker while it decodes; unset: one thread where a decode "
+        "step is small (2 x parameters x rows under 128 MFLOP) and OpenMP's wait is passive, else torch_threads "
+        "(the same choice every run); auto: timed when the worker starts (1, 2, 4 .. torch_threads; fewer kept "
+        "only when 1.2x faster), which adapts to the machine but may choose differently from run to run",
     )
     omp_wait_policy: Literal["passive", "active", "inherit"] = Field(
         "passive",

@@ -72,7 +72,7 @@ class LoopSpec:
     checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
-    sampling_threads: int | None = None  # None: timed at start (`actors.run.threads.choose_sampling_threads`)
+    sampling_threads: int | str | None = None  # None: the rule; "auto": timed (`actors.run.threads`)
     scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
 
 

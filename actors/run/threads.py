@@ -69,18 +69,47 @@ def thread_candidates(threads: int) -> list[int]:
     return [*counts, threads]
 
 
-def choose_sampling_threads(trainer: Trainer, setting: int | None, prompt: str | None) -> dict[str, Any]:
-    """Set `trainer.sampling_threads`: `setting` when given; else, on CPU with more than one torch
-    thread, timed on the trainer's own policy with `prompt` (`trainer.sampling.decode_threads`).
-    Returns what runtime.json records about it."""
+SMALL_DECODE_FLOP = 128e6  # a decode step below this (2 x parameters x rows) runs on one thread
+
+
+def decode_step_flop(trainer: Trainer) -> float:
+    """About 2 x parameters x rows: the FLOP of one decode step of a sampling micro-batch."""
+    cfg = trainer.cfg.sampling
+    params = sum(p.numel() for p in trainer.model.parameters())
+    return 2.0 * params * cfg.prompts_per_microbatch * cfg.group_size
+
+
+def choose_sampling_threads(
+    trainer: Trainer, setting: int | str | None, prompt: str | None
+) -> dict[str, Any]:
+    """Set `trainer.sampling_threads` and return what runtime.json records about it.
+
+    setting: a count; "auto": timed on the trainer's own policy with `prompt`
+    (`trainer.sampling.decode_threads`: often faster, but the choice, and with it the last digits of
+    the log-probs, can differ between runs); None: the rule, which gives the same choice every
+    time: one thread for a small decode step (below SMALL_DECODE_FLOP) on CPU under the passive
+    wait policy, where waking a sleeping thread for each of its small kernels costs more than the
+    second core gives; else torch's threads.
+    """
     threads = torch.get_num_threads()
-    if setting is not None:
+    if isinstance(setting, int):
         trainer.sampling_threads = setting
         return {"sampling_threads": setting, "sampling_threads_from": "scaling.sampling_threads"}
-    if trainer.device.type != "cpu" or threads == 1 or not prompt:
-        why = (
-            "not CPU" if trainer.device.type != "cpu" else "one torch thread" if threads == 1 else "no prompt"
-        )
+    if trainer.device.type != "cpu" or threads == 1:
+        why = "not CPU" if trainer.device.type != "cpu" else "one torch thread"
         return {"sampling_threads": threads, "sampling_threads_from": f"torch_threads ({why})"}
-    chosen = trainer.time_sampling_threads(prompt, thread_candidates(threads))
-    return {**chosen.record(), "sampling_threads_from": "timed at start"}
+    if setting == "auto":
+        if not prompt:
+            raise ValueError("scaling.sampling_threads=auto times a decode of a prompt, and there is none")
+        chosen = trainer.time_sampling_threads(prompt, thread_candidates(threads))
+        return {**chosen.record(), "sampling_threads_from": "timed at start (auto)"}
+    if setting is not None:
+        raise ValueError(f"sampling_threads must be a count, 'auto' or None, got {setting!r}")
+    flop = decode_step_flop(trainer)
+    passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    if passive and flop < SMALL_DECODE_FLOP:
+        trainer.sampling_threads = 1
+        why = f"rule: decode step {flop / 1e6:.0f} MFLOP < {SMALL_DECODE_FLOP / 1e6:.0f}, passive wait"
+        return {"sampling_threads": 1, "sampling_threads_from": why}
+    why = f"rule: decode step {flop / 1e6:.0f} MFLOP" if passive else "rule: OpenMP threads not passive"
+    return {"sampling_threads": threads, "sampling_threads_from": f"torch_threads ({why})"}

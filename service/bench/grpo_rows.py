@@ -40,7 +40,7 @@ def shipped_settings(device: str) -> dict[str, Any]:
         "sampling.compile": demo.sampling.compile and compilable,
         "torch_threads": scaling.torch_threads or default_threads(scaling.num_workers),
         "omp_wait_policy": scaling.omp_wait_policy,
-        "sampling_threads": scaling.sampling_threads or "timed",  # timed at start when unset
+        "sampling_threads": scaling.sampling_threads or "rule",  # unset: `actors.run.threads`' rule
         "env": wait_policy_env(scaling.omp_wait_policy),
     }
 
@@ -83,9 +83,10 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
             )
         )
     if device == "cpu" and ship["torch_threads"] > 1:
-        timed = ship["sampling_threads"] == "timed"
-        options = {**options, "sampling_threads": "auto" if timed else ship["sampling_threads"]}
-        what = "timed at start" if timed else f"{ship['sampling_threads']}"
+        options = {**options, "sampling_threads": ship["sampling_threads"]}
+        what = {"rule": "one for a small decode step", "auto": "timed at start"}.get(
+            ship["sampling_threads"], str(ship["sampling_threads"])
+        )
         rows.append((f"+ decode threads as shipped ({what})", {}, dict(options)))
     if device == "cuda":
         updates = {"precision.tf32": True}

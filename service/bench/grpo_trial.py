@@ -254,10 +254,8 @@ def run_trial(
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
 
-    sampling_threads: torch threads while decoding (None: `threads`; "auto": timed at start as a
-    trainer worker does, `actors.run.threads.choose_sampling_threads`).
-
-    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
+    sampling_threads: torch threads while decoding: None leaves `threads`; "rule" (the shipped
+    default), "auto" or a count as a trainer worker takes them (`actors.run.threads.choose_sampling_threads`).
     """
     if device == "cpu":
         torch.set_num_threads(threads)
@@ -276,7 +274,7 @@ def run_trial(
     )
     decode = {}
     if sampling_threads is not None:
-        setting = None if sampling_threads == "auto" else int(sampling_threads)
+        setting = None if sampling_threads == "rule" else sampling_threads
         decode = choose_sampling_threads(trainer, setting, pairs[0].prompt)
     records = []
     try:

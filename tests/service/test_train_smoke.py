@@ -64,11 +64,8 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     runtime = json.loads((run_dir / "runtime.json").read_text())  # what "auto" and the defaults became
     assert runtime["precision"] in ("fp32", "bf16") and runtime["precision_reason"].startswith("auto")
     assert runtime["torch_threads"] >= 1 and runtime["OMP_WAIT_POLICY"] == "PASSIVE"
-    timed = runtime["torch_threads"] > 1  # decoding's threads are timed on the policy at start
-    assert runtime["sampling_threads_from"] == (
-        "timed at start" if timed else "torch_threads (one torch thread)"
-    )
-    assert 1 <= runtime["sampling_threads"] <= runtime["torch_threads"]
+    if runtime["torch_threads"] > 1:  # the smoke model's decode step is small: one thread, by the rule
+        assert runtime["sampling_threads"] == 1 and runtime["sampling_threads_from"].startswith("rule: ")
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, total + 1))  # one global counter

@@ -33,6 +33,23 @@ from trainer.policy.hf_tokenizer import HFTokenizer
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
 
 
+def step_mask(seen: Tensor, attn_implementation: str, dtype: torch.dtype) -> Tensor:
+    """The mask of every decode step, made once: `[N, T_max]` 0/1 (`seen`) as the 4D mask the
+    model's attention takes where we know its form, sliced to the step's keys each step.
+
+    A decode step's one query may attend to every real key before it, so its causal mask is the
+    padding mask. Given a 2D mask, transformers builds the 4D one in every forward (a few dozen
+    small ops per decode step); a 4D mask it uses as it is. SDPA takes booleans (True: attend),
+    eager attention an additive float mask; other implementations (flash attention's own padding
+    handling) keep the 2D mask."""
+    if attn_implementation == "sdpa":
+        return seen.bool()[:, None, None, :]
+    if attn_implementation == "eager":
+        blocked = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
+        return blocked.masked_fill_(seen == 0, torch.finfo(dtype).min)[:, None, None, :]
+    return seen
+
+
 class HFCausalLM(nn.Module):
     """The policy forward over a `transformers` model: logits `[B, T, V]`."""
 
@@ -165,11 +182,12 @@ class HFPolicy:
         preallocate(cache, max_len)  # each step writes its column instead of copying the cache
         seen = torch.ones((b * k, max_len), dtype=torch.long, device=ids.device)  # [N, T_max]
         seen[:, :p] = mask.repeat_interleave(k, dim=0)
+        seen = step_mask(seen, model.config._attn_implementation, model.dtype)
         next_pos = mask.sum(1).repeat_interleave(k)  # [N] position of the first completion token
 
         def step(tokens: Tensor, t: int) -> Tensor:
             logits = model(
-                input_ids=tokens.unsqueeze(1), attention_mask=seen[:, : p + t + 1],
+                input_ids=tokens.unsqueeze(1), attention_mask=seen[..., : p + t + 1],
                 position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True,
             ).logits[:, -1]  # fmt: skip
             next_pos.add_(1)

@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from actors.run.threads import (
+    SMALL_DECODE_FLOP,
     apply_threads,
     choose_sampling_threads,
+    decode_step_flop,
     default_threads,
     thread_candidates,
     usable_cores,
@@ -47,11 +49,13 @@ def test_decoding_is_timed_with_one_two_four_and_all_threads():
     assert thread_candidates(8) == [1, 2, 4, 8]
 
 
+def _trainer(**sampling) -> Trainer:
+    cfg = {"sampling": {"group_size": 2, "max_new_tokens": 4, "prompts_per_microbatch": 2, **sampling}}
+    return Trainer(TrainerConfig.model_validate(cfg), CharTokenizer(CHESS_ALPHABET))
+
+
 def test_sampling_threads_are_set_timed_or_left_as_they_are():
-    cfg = TrainerConfig.model_validate(
-        {"sampling": {"group_size": 2, "max_new_tokens": 4, "prompts_per_microbatch": 2}}
-    )
-    trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET))
+    trainer = _trainer()
     before = torch.get_num_threads()
     try:
         assert choose_sampling_threads(trainer, 3, "e2e4") == {
@@ -61,15 +65,45 @@ def test_sampling_threads_are_set_timed_or_left_as_they_are():
         assert trainer.sampling_threads == 3
         torch.set_num_threads(1)
         trainer.sampling_threads = None
-        got = choose_sampling_threads(trainer, None, "e2e4")
-        assert got == {"sampling_threads": 1, "sampling_threads_from": "torch_threads (one torch thread)"}
-        assert trainer.sampling_threads is None
+        for setting in (None, "auto"):
+            got = choose_sampling_threads(trainer, setting, "e2e4")
+            assert got == {"sampling_threads": 1, "sampling_threads_from": "torch_threads (one torch thread)"}
+            assert trainer.sampling_threads is None
         torch.set_num_threads(2)
-        got = choose_sampling_threads(trainer, None, "e2e4")
-        assert got["sampling_threads_from"] == "timed at start" and got["sampling_threads"] in (1, 2)
+        got = choose_sampling_threads(trainer, "auto", "e2e4")
+        assert got["sampling_threads_from"] == "timed at start (auto)" and got["sampling_threads"] in (1, 2)
         assert trainer.sampling_threads == got["sampling_threads"]
         assert str(got["sampling_threads"]) in got["sampling_threads_ms_per_token"]
         assert set(got["sampling_threads_ms_per_token"]) <= {"1", "2"}
         assert torch.get_num_threads() == 2  # timing restores the process's count
+        with pytest.raises(ValueError, match="auto"):
+            choose_sampling_threads(trainer, "auto", None)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_default_rule_gives_one_thread_to_a_small_decode_step_under_the_passive_policy(monkeypatch):
+    before = torch.get_num_threads()
+    small, wide = (
+        _trainer(group_size=8, prompts_per_microbatch=8),
+        _trainer(group_size=64, prompts_per_microbatch=64),
+    )
+    assert decode_step_flop(small) < SMALL_DECODE_FLOP < decode_step_flop(wide)  # the same model, more rows
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        got = choose_sampling_threads(small, None, None)
+        assert got["sampling_threads"] == small.sampling_threads == 1
+        assert got["sampling_threads_from"].startswith("rule: decode step")
+        got = choose_sampling_threads(wide, None, None)
+        assert got["sampling_threads"] == 2 and wide.sampling_threads is None
+        monkeypatch.delenv("OMP_WAIT_POLICY")
+        small.sampling_threads = None
+        got = choose_sampling_threads(small, None, None)  # spinning threads wake for free
+        assert got == {
+            "sampling_threads": 2,
+            "sampling_threads_from": "torch_threads (rule: OpenMP threads not passive)",
+        }
+        assert small.sampling_threads is None
     finally:
         torch.set_num_threads(before)

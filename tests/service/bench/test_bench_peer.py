@@ -45,9 +45,9 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
     names = [r[0] for r in rows]
     assert names[0].startswith("+ threads as shipped") and default == names[-1]
     assert rows[0][2]["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
-    if grpo_rows.shipped_settings("cpu")["torch_threads"] > 1:  # decoding's threads are timed at start
-        assert names[1] == "+ decode threads as shipped (timed at start)" and len(names) == 2
-        assert rows[1][2]["sampling_threads"] == "auto" and rows[1][2]["env"] == rows[0][2]["env"]
+    if grpo_rows.shipped_settings("cpu")["torch_threads"] > 1:  # decoding's threads by the shipped rule
+        assert names[1] == "+ decode threads as shipped (one for a small decode step)" and len(names) == 2
+        assert rows[1][2]["sampling_threads"] == "rule" and rows[1][2]["env"] == rows[0][2]["env"]
     assert any("no native bf16" in n for n in notes)
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)

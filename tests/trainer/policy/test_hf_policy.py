@@ -15,10 +15,14 @@ from trainer.sampling.sampler import generate  # noqa: E402
 PROMPTS = ["e4 e5 Nf3 Nc6 Bb5", "d4", "c4 e5 Nc3", "12+30="]
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
+@pytest.fixture(
+    scope="module", params=[("llama", "sdpa"), ("gpt2", "sdpa"), ("llama", "eager"), ("gpt2", "eager")]
+)
 def policy(request, tmp_path_factory) -> HFPolicy:
-    path = write_tiny_model(tmp_path_factory.mktemp(request.param), request.param, positions=128)
-    return HFPolicy.load(ModelConfig(source="hf", path=str(path)))
+    """Each architecture with each attention whose decode-step mask the policy builds itself."""
+    arch, attention = request.param
+    path = write_tiny_model(tmp_path_factory.mktemp(arch), arch, positions=128)
+    return HFPolicy.load(ModelConfig(source="hf", path=str(path), attn_implementation=attention))
 
 
 def _prompts(policy):
