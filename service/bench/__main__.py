@@ -16,7 +16,7 @@ from service.bench.runner import run_bench
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m service.bench", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="smallest useful sizes (about 6 minutes on 2 CPUs)"
+        "--quick", action="store_true", help="smallest useful sizes (about 2 minutes on 2 CPUs)"
     )
     parser.add_argument("--out", required=True, help="directory for bench.json and bench.md")
     parser.add_argument(
