@@ -254,6 +254,7 @@ def run_trial(
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
 
+    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
     sampling_threads: torch threads while decoding: None leaves `threads`; "rule" (the shipped
     default), "auto" or a count as a trainer worker takes them (`actors.run.threads.choose_sampling_threads`).
     """

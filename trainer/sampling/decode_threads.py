@@ -1,13 +1,15 @@
-"""How many torch threads decoding runs with on CPU: timed on the policy itself, not guessed.
+"""Timing decoding's torch thread counts on the policy itself (`scaling.sampling_threads: auto`).
 
 A decode step is a few dozen small kernels (one new token per row), and every parallel region
 among them wakes the other OpenMP threads. Under the passive wait policy that the service ships
 (idle threads sleep, so a reward worker can have the core) each wake-up costs tens of
 microseconds, which can be more than a second thread saves: on a 2-core machine the `tiny` GPT
-decodes 1.4-1.7x faster on one thread than on two, while a wide model gains from every core. So
-the worker times a short greedy decode of its own policy with each candidate count, alternating
-them, and samples with fewer threads only where that is clearly faster (MARGIN). Greedy decoding draws no random numbers, so the timing
-leaves the run's sampling unchanged.
+decodes 1.4-1.7x faster on one thread than on two, while a wide model gains from every core. With
+`auto` the worker times a short greedy decode of its own policy with each candidate count,
+alternating them, and samples with fewer threads only where that is clearly faster (MARGIN).
+Greedy decoding draws no random numbers, so the timing leaves the run's sampling unchanged; the
+choice itself can differ between runs, which is why the default is a fixed rule instead
+(`actors.run.threads.choose_sampling_threads`).
 """
 
 from __future__ import annotations
