@@ -10,11 +10,7 @@ Sources, later wins: the preset (`service.presets.PRESETS`), the YAML file, then
 from __future__ import annotations
 
 import copy
-import re
-import types
-import typing
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -24,17 +20,14 @@ from actors.pool.config import PoolConfig
 from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
 from rewards.config import EngineConfig
+from service.config_keys import ConfigError, describe_error, field_at, quoted
+from service.config_sources import deep_merge, read_config_file, set_dotted
+from service.config_sources import parse_override as _parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
 from trainer.config import Frozen, TrainerConfig
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-_SHOULD = re.compile(r"^(Input|String|Value|List|Dictionary) should")
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used; str() is one line naming the key, the value and what is allowed."""
 
 
 class TaskConfig(Frozen):
@@ -85,7 +78,7 @@ class TaskConfig(Frozen):
         from service.tasks import TASKS  # the registry imports the tasks, which import this module's peers
 
         if value not in TASKS:
-            raise ValueError(f"{value!r} is not a task; expected one of {_quoted(TASKS)}")
+            raise ValueError(f"{value!r} is not a task; expected one of {quoted(TASKS)}")
         return value
 
 
@@ -263,33 +256,13 @@ def load_config(
 ) -> ServiceConfig:
     """Preset, then the YAML file, then `dotted.key=value` overrides; validated once."""
     if preset not in PRESETS:
-        raise ConfigError(f"preset: {preset!r} is not allowed; expected one of {_quoted(PRESETS)}")
+        raise ConfigError(f"preset: {preset!r} is not allowed; expected one of {quoted(PRESETS)}")
     data = copy.deepcopy(PRESETS[preset])
     if config_file is not None:
         data = deep_merge(data, read_config_file(config_file))
     for override in overrides:
-        key, value = parse_override(override)
-        set_dotted(data, key, value)
+        set_dotted(data, *parse_override(override))
     return validate_config(data)
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from `path` (ConfigError when it cannot be read or is not a mapping)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"--config {path}: not valid YAML{line}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of sections, got {type(data).__name__}")
-    return data
 
 
 def validate_config(data: Mapping[str, Any]) -> ServiceConfig:
@@ -299,138 +272,14 @@ def validate_config(data: Mapping[str, Any]) -> ServiceConfig:
     except ValidationError as exc:
         errors = exc.errors()
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ConfigError(describe_error(errors[0]) + more) from None
+        raise ConfigError(describe_error(ServiceConfig, errors[0]) + more) from None
 
 
 def parse_override(override: str) -> tuple[str, Any]:
-    """('dotted.key', value) from 'dotted.key=value'; the value is read as YAML ('null', '8', '[1, 2]')."""
-    key, sep, raw = override.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"--set {override!r}: expected dotted.key=value, e.g. grpo.steps=100")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        raise ConfigError(f"{key}: {raw!r} is not a YAML value") from None
-    check_key(key)
-    if isinstance(value, str) and _FLOAT.match(value):
-        value = float(value)  # YAML 1.1 reads '1e-3' as text; a config means the number
-    if isinstance(value, int | float | bool) and _wants_string(key):
-        value = raw.strip()  # run.name=2024 means the string '2024'
-    return key, value
-
-
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """data[a][b][c] = value for key 'a.b.c', creating sections on the way."""
-    parts = key.split(".")
-    node = data
-    for depth, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            section = ".".join(parts[: depth + 1])
-            raise ConfigError(f"{key}: {section} is a value, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `base` with `over` merged in (nested mappings merge, everything else replaces)."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-# --------------------------------------------------------------------------- keys and messages
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation (`X`, `X | None`), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _field_at(key: str) -> Any:
-    """The FieldInfo that a dotted key names (ConfigError for an unknown key)."""
-    model: type[BaseModel] | None = ServiceConfig
-    parts = key.split(".")
-    field = None
-    for depth, part in enumerate(parts):
-        if model is None and depth == len(parts) - 1 and _is_map(field):
-            return field  # one entry of a map key, e.g. pool.resources.reward_node
-        if model is None:
-            raise ConfigError(f"{key}: {'.'.join(parts[:depth])} is a value, not a section")
-        if part not in model.model_fields:
-            section = ".".join(parts[:depth]) or "the top level"
-            raise ConfigError(
-                f"{key}: unknown key {part!r}; allowed keys of {section}: {', '.join(model.model_fields)}"
-            )
-        field = model.model_fields[part]
-        model = _model_in(field.annotation)
-    return field
-
-
-def _is_map(field: Any) -> bool:
-    return field is not None and typing.get_origin(field.annotation) is dict
+    """('dotted.key', value) from 'dotted.key=value' for a ServiceConfig key (`config_sources.parse_override`)."""
+    return _parse_override(override, ServiceConfig)
 
 
 def check_key(key: str) -> None:
-    """Raise ConfigError unless `key` names a config field (a section or a value)."""
-    _field_at(key)
-
-
-def _wants_string(key: str) -> bool:
-    annotation = _field_at(key).annotation
-    args = (
-        typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
-        else ()
-    )
-    return annotation is str or str in args
-
-
-def _quoted(values: Any) -> str:
-    return ", ".join(repr(v) for v in values)
-
-
-def _allowed_keys(loc: Sequence[Any]) -> str:
-    model: type[BaseModel] | None = ServiceConfig
-    for part in loc:
-        if isinstance(part, int):  # an item of a list section: same model
-            continue
-        if model is None or part not in model.model_fields:
-            return ""
-        model = _model_in(model.model_fields[part].annotation)
-    return ", ".join(model.model_fields) if model is not None else ""
-
-
-def describe_error(error: Mapping[str, Any]) -> str:
-    """One line for one pydantic error: 'dotted.key: value is not allowed; what is allowed'."""
-    loc = [p for p in error["loc"] if p != "function-after"]
-    key = ".".join(str(p) for p in loc) or "config"
-    kind, ctx = error["type"], error.get("ctx") or {}
-    if kind == "extra_forbidden":
-        section = ".".join(str(p) for p in loc[:-1]) or "the top level"
-        return f"{key}: unknown key {loc[-1]!r}; allowed keys of {section}: {_allowed_keys(loc[:-1])}"
-    if kind == "value_error":  # a model validator: the message names the fields itself
-        message = str(ctx.get("error", error["msg"]))
-        return f"{key}: {message}" if loc else message
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{key}: {error['input']!r} is not allowed; expected a section (a mapping of keys)"
-    if kind == "missing":
-        return f"{key}: missing; this section needs it"
-    if kind == "literal_error":
-        allowed = str(ctx.get("expected", "")).replace(" or ", ", ")
-        return f"{key}: {error['input']!r} is not allowed; expected one of {allowed}"
-    return f"{key}: {error['input']!r} is not allowed; {_SHOULD.sub('must', error['msg'])}"
+    """Raise ConfigError unless `key` names a ServiceConfig field (a section or a value)."""
+    field_at(ServiceConfig, key)

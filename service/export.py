@@ -20,10 +20,10 @@ from service.config import (
     ConfigError,
     ServiceConfig,
     prompt_format,
-    read_config_file,
     trainer_config,
     validate_config,
 )
+from service.config_sources import read_config_file
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE
 
 EXPORT_DIR = "export"

@@ -19,14 +19,12 @@ from service.config import (
     ServiceConfig,
     check_key,
     config_to_yaml,
-    deep_merge,
     load_config,
     parse_override,
-    read_config_file,
-    set_dotted,
     trainer_config,
     validate_config,
 )
+from service.config_sources import deep_merge, read_config_file, set_dotted
 from service.presets import DEFAULT_PRESET
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
 from trainer.schedule import Schedule

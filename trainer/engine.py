@@ -25,11 +25,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
+from trainer.data.pairs import repeat_fields
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import figures_by_group, normalise_scores, sampled_figures, summarise_eval
+from trainer.evaluation import greedy_summary, sampled_summary
 from trainer.grpo.dynamic import Batch, fill_batch
-from trainer.grpo.reward_source import Rewards, RewardSource, call_scorer
-from trainer.grpo.selection import GroupSelection, select_groups
+from trainer.grpo.reward_source import Rewards, RewardSource
+from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
@@ -59,14 +60,6 @@ def _resolve_device(device: torch.device | str) -> torch.device:
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
-    """Each pair's data fields repeated for its k completions; None when no pair carries any."""
-    fields = [getattr(p, "fields", None) for p in pairs]
-    if all(f is None for f in fields):
-        return None
-    return [f for f in fields for _ in range(k)]
 
 
 class Trainer:
@@ -215,7 +208,7 @@ class Trainer:
                 rollout = generate(self.policy, prompts, cfg, row_keys=keys)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
-            tickets.append(rewards.submit(texts, targets, fields=_fields(chunk, cfg.group_size)))
+            tickets.append(rewards.submit(texts, targets, fields=repeat_fields(chunk, cfg.group_size)))
             rollouts.append(rollout)
         return rollouts, tickets
 
@@ -398,19 +391,7 @@ class Trainer:
         Runs on this rank alone.
         """
         completions = self._complete(pairs, 1, greedy=True)
-        targets = [p.target for p in pairs]
-        scored = call_scorer(score_fn, completions, targets, _fields(pairs, 1))
-        values, statuses = normalise_scores(scored, len(completions))
-        usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
-        summary = summarise_eval(
-            [p.prompt for p in pairs], targets, completions, values, statuses, n_samples, usable
-        )
-        if metrics_fn is not None:
-            summary.update(metrics_fn(scored))
-        if group_by is not None:
-            name, key_of = group_by
-            keys = [key_of(p.prompt) for p in pairs]
-            summary[f"by_{name}"] = figures_by_group(keys, completions, targets, values, statuses)
+        summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by)
         if sample_k:
             summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
@@ -433,11 +414,7 @@ class Trainer:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(derived_seed(self.cfg.seed, -2, self.sft_steps, self.grpo_steps))
         completions = self._complete(pairs, k, greedy=False, generator=generator)
-        targets = [p.target for p in pairs for _ in range(k)]
-        scored = call_scorer(score_fn, completions, targets, _fields(pairs, k))
-        values, statuses = normalise_scores(scored, len(completions))
-        usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
-        return sampled_figures(values, usable, k, k, self.cfg.grpo.eval_pass_reward)
+        return sampled_summary(pairs, completions, score_fn, k, self.cfg.grpo.eval_pass_reward)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -472,30 +449,5 @@ class Trainer:
         restore_rng_state(state["rng"], self.device)
 
 
-# What a step without an update does not have: no loss was taken, no KL measured.
-NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
-
-
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None  # no usable reward: none, not nan
-
-
-def skip_record(sel: GroupSelection) -> dict[str, Any]:
-    """The record of a GRPO step whose groups were all dropped: `skipped` with the reason, and the
-    update's figures absent (None), never a loss or KL of 0."""
-    failed = f"{sel.unusable_groups} with a failed reward" if sel.unusable_groups else ""
-    equal = f"{sel.zero_var_groups} with equal rewards" if sel.zero_var_groups else ""
-    why = "; ".join(p for p in (failed, equal) if p) or "none kept"
-    return {
-        **dict.fromkeys(NO_UPDATE_KEYS),
-        "skipped": 1.0,
-        "skip_reason": f"no update: all {sel.num_groups} groups dropped ({why})",
-    }
-
-
-def _usable(scored: Any) -> list[bool]:
-    """Which results carry a reward: `.usable` of scorer results; every finite number otherwise."""
-    items = list(scored)
-    if items and hasattr(items[0], "usable"):
-        return [bool(r.usable) for r in items]
-    return [math.isfinite(float(getattr(r, "total", r))) for r in items]

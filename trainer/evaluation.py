@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.grpo.reward_source import Rewards
+from trainer.data.pairs import repeat_fields
+from trainer.grpo.reward_source import Rewards, call_scorer
 
 
 def normalise_scores(out: Any, n: int) -> tuple[list[float], list[str] | None]:
@@ -136,3 +137,55 @@ def sampled_figures(
     scored = [v for v, u in zip(values, usable, strict=True) if u]
     mean = sum(scored) / len(scored) if scored else float("nan")
     return {"k": k, "pass_at_1": p1 / prompts, "pass_at_k": pk / prompts, "mean_at_k": mean}
+
+
+def _usable(scored: Any) -> list[bool]:
+    """Which results carry a reward: `.usable` of scorer results; every finite number otherwise."""
+    items = list(scored)
+    if items and hasattr(items[0], "usable"):
+        return [bool(r.usable) for r in items]
+    return [math.isfinite(float(getattr(r, "total", r))) for r in items]
+
+
+def score_completions(
+    pairs: Sequence[Any], completions: Sequence[str], score_fn, k: int
+) -> tuple[Any, list[float], list[str] | None, list[bool]]:
+    """Score k completions of each pair (rows pair after pair): (what the scorer returned, rewards,
+    statuses or None, which rewards are usable)."""
+    targets = [p.target for p in pairs for _ in range(k)]
+    scored = call_scorer(score_fn, list(completions), targets, repeat_fields(pairs, k))
+    values, statuses = normalise_scores(scored, len(completions))
+    usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
+    return scored, values, statuses, usable
+
+
+def greedy_summary(
+    pairs: Sequence[Any],
+    completions: Sequence[str],
+    score_fn,
+    n_samples: int,
+    metrics_fn: Callable[[Any], dict[str, Any]] | None = None,
+    group_by: tuple[str, Callable[[str], str]] | None = None,
+) -> dict[str, Any]:
+    """`summarise_eval` of one greedy completion per pair, plus what the task's `metrics_fn(scorer
+    output)` adds and, with group_by (name, prompt -> key), `by_<name>`: the figures per key."""
+    scored, values, statuses, usable = score_completions(pairs, completions, score_fn, 1)
+    targets = [p.target for p in pairs]
+    summary = summarise_eval(
+        [p.prompt for p in pairs], targets, completions, values, statuses, n_samples, usable
+    )
+    if metrics_fn is not None:
+        summary.update(metrics_fn(scored))
+    if group_by is not None:
+        name, key_of = group_by
+        keys = [key_of(p.prompt) for p in pairs]
+        summary[f"by_{name}"] = figures_by_group(keys, completions, targets, values, statuses)
+    return summary
+
+
+def sampled_summary(
+    pairs: Sequence[Any], completions: Sequence[str], score_fn, k: int, pass_reward: float
+) -> dict[str, Any]:
+    """`sampled_figures` of k sampled completions per pair."""
+    _, values, _, usable = score_completions(pairs, completions, score_fn, k)
+    return sampled_figures(values, usable, k, k, pass_reward)

@@ -33,6 +33,14 @@ class FieldPair(NamedTuple):
     fields: dict[str, Any]  # name -> value: what the rewards take besides completion and target
 
 
+def repeat_fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
+    """Each pair's data fields repeated for its k completions; None when no pair carries any."""
+    fields = [getattr(p, "fields", None) for p in pairs]
+    if all(f is None for f in fields):
+        return None
+    return [f for f in fields for _ in range(k)]
+
+
 class LoadReport(NamedTuple):
     pairs: list[Pair]
     skipped: int  # malformed games (PGN) or bad lines (JSONL)

@@ -9,7 +9,7 @@ groups only (an unusable reward never leaks into a mean or a std).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -118,3 +118,20 @@ def select_groups(
         reward_mean=float(usable_values.mean()) if usable_values.numel() else float("nan"),
         skipped_groups=int(skipped.sum()),
     )
+
+
+# What a step without an update does not have: no loss was taken, no KL measured.
+NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
+
+
+def skip_record(sel: GroupSelection) -> dict[str, Any]:
+    """The record of a GRPO step whose groups were all dropped: `skipped` with the reason, and the
+    update's figures absent (None), never a loss or KL of 0."""
+    failed = f"{sel.unusable_groups} with a failed reward" if sel.unusable_groups else ""
+    equal = f"{sel.zero_var_groups} with equal rewards" if sel.zero_var_groups else ""
+    why = "; ".join(p for p in (failed, equal) if p) or "none kept"
+    return {
+        **dict.fromkeys(NO_UPDATE_KEYS),
+        "skipped": 1.0,
+        "skip_reason": f"no update: all {sel.num_groups} groups dropped ({why})",
+    }
