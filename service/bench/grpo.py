@@ -199,6 +199,66 @@ def _split_row(name: str, r: dict[str, Any]) -> list[Any]:
     ]
 
 
+SPLIT_COLUMNS = [
+    "configuration",
+    "sampling ms",
+    "reward on critical path ms",
+    "reference ms",
+    "update ms",
+    "step ms",
+    "completions/s",
+    "reward share",
+    "mean completion tokens",
+    "share without EOS",
+    "GFLOP (est.)",
+    "GFLOP/s",
+]
+
+
+def _split_rows(ablation: dict, extras: dict, default_name: str) -> list:
+    """The split table's rows: serial, streamed, the reference, the shipped settings, then extras."""
+    default = ablation[default_name]
+    rows = [
+        _split_row("SFT-warm, serial scoring (inline, after sampling)", ablation["+ shared prefill"]),
+        _split_row("SFT-warm, streamed pool scoring", ablation["+ streamed pool scoring"]),
+        _split_row("SFT-warm, streamed, trimmed log-prob pass (reference)", ablation[REFERENCE_ROW]),
+    ]
+    if default is not ablation[REFERENCE_ROW]:
+        rows.append(_split_row(f"shipped settings ({default_name.removeprefix('+ ')})", default))
+    return rows + [_split_row(name, r) for name, r in extras.items()]
+
+
+def _roofline(section: dict, plan: GRPOPlan, ref: dict, matmul_gflops_s: float | None) -> None:
+    """`step_roofline_fraction`: the reference step's GFLOP/s over the matmul rate measured here."""
+    if not matmul_gflops_s:
+        set_headline(section, "step_roofline_fraction", None, "the matmul ceiling is measured on CPU only")
+        return
+    ceiling = ref["completions"] / (ref["gflop"] / matmul_gflops_s)
+    section["notes"].append(
+        f"This CPU's fp32 matmul rate at the update's shapes, {plan.threads} threads (fastest of 20): "
+        f"{matmul_gflops_s:.0f} GFLOP/s; the reference step ran at {ref['gflop_per_s']:.0f} GFLOP/s "
+        f"({ref['gflop_per_s'] / matmul_gflops_s:.0%} of it); "
+        f"a step whose every FLOP ran at that rate would give {ceiling:.0f} completions/s."
+    )
+    set_headline(section, "step_roofline_fraction", ref["gflop_per_s"] / matmul_gflops_s)
+
+
+def _split_notes(sft: dict, ref: dict) -> list[str]:
+    return [
+        f"SFT warm start: {sft['steps']} steps ({sft['seconds']:.0f} s), loss {sft['first_loss']:.2f} -> "
+        f"{sft['final_loss']:.2f}; the headline uses the SFT-warm policy with streamed pool scoring.",
+        "Reward on the critical path = time inside `submit` (scoring itself when inline; chunking and "
+        "`ray.put` for the pool) + time blocked in `collect`. Sampling excludes it. The step includes "
+        "writing its metrics line.",
+        f"Pool: the demo preset's {PRESETS['demo']['pool']}; micro-batches of "
+        f"{PRESETS['demo']['sampling']['prompts_per_microbatch']} prompts (the demo preset).",
+        f"Reference step: of {ref['step_s'] * 1e3:.0f} ms, sampling takes {ref['sample_only_s'] * 1e3:.0f} ms, "
+        f"the reference pass {ref['ref_s'] * 1e3:.0f} ms, the update {ref['update_s'] * 1e3:.0f} ms and rewards "
+        f"{ref['reward_critical_s'] * 1e3:.1f} ms; about {ref['gflop']:.1f} GFLOP (estimated from the sampled "
+        f"shapes) at {ref['gflop_per_s']:.0f} GFLOP/s.",
+    ]
+
+
 def _split_section(
     plan: GRPOPlan,
     sft: dict,
@@ -209,61 +269,15 @@ def _split_section(
     default_name: str,
 ) -> dict[str, Any]:
     section = new_section("grpo_step", "4. A whole GRPO step", owns=GRPO_HEADLINE)
-    default = ablation[default_name]
-    rows = [
-        _split_row("SFT-warm, serial scoring (inline, after sampling)", ablation["+ shared prefill"]),
-        _split_row("SFT-warm, streamed pool scoring", ablation["+ streamed pool scoring"]),
-        _split_row("SFT-warm, streamed, trimmed log-prob pass (reference)", ablation[REFERENCE_ROW]),
-    ]
-    if default is not ablation[REFERENCE_ROW]:
-        rows.append(_split_row(f"shipped settings ({default_name.removeprefix('+ ')})", default))
-    rows += [_split_row(name, r) for name, r in extras.items()]
+    default, ref = ablation[default_name], ablation[REFERENCE_ROW]
     add_table(
         section,
         f"Median step split, reference configuration ({plan.max_new_tokens} new tokens), {plan.threads} threads on {device}",
-        [
-            "configuration",
-            "sampling ms",
-            "reward on critical path ms",
-            "reference ms",
-            "update ms",
-            "step ms",
-            "completions/s",
-            "reward share",
-            "mean completion tokens",
-            "share without EOS",
-            "GFLOP (est.)",
-            "GFLOP/s",
-        ],
-        rows,
+        SPLIT_COLUMNS,
+        _split_rows(ablation, extras, default_name),
     )
-    ref = ablation[REFERENCE_ROW]
-    section["notes"] += [
-        f"SFT warm start: {sft['steps']} steps ({sft['seconds']:.0f} s), loss {sft['first_loss']:.2f} -> "
-        f"{sft['final_loss']:.2f}; the headline uses the SFT-warm policy with streamed pool scoring.",
-        "Reward on the critical path = time inside `submit` (scoring itself when inline; chunking and "
-        "`ray.put` for the pool) + time blocked in `collect`. Sampling excludes it. The step includes "
-        "writing its metrics line.",
-        f"Pool: the demo preset's {PRESETS['demo']['pool']}; micro-batches of "
-        f"{PRESETS['demo']['sampling']['prompts_per_microbatch']} prompts (the demo preset).",
-    ]
-    section["notes"].append(
-        f"Reference step: of {ref['step_s'] * 1e3:.0f} ms, sampling takes {ref['sample_only_s'] * 1e3:.0f} ms, "
-        f"the reference pass {ref['ref_s'] * 1e3:.0f} ms, the update {ref['update_s'] * 1e3:.0f} ms and rewards "
-        f"{ref['reward_critical_s'] * 1e3:.1f} ms; about {ref['gflop']:.1f} GFLOP (estimated from the sampled "
-        f"shapes) at {ref['gflop_per_s']:.0f} GFLOP/s."
-    )
-    if matmul_gflops_s:
-        ceiling = ref["completions"] / (ref["gflop"] / matmul_gflops_s)
-        section["notes"].append(
-            f"This CPU's fp32 matmul rate at the update's shapes, {plan.threads} threads (fastest of 20): "
-            f"{matmul_gflops_s:.0f} GFLOP/s; the reference step ran at {ref['gflop_per_s']:.0f} GFLOP/s "
-            f"({ref['gflop_per_s'] / matmul_gflops_s:.0%} of it); "
-            f"a step whose every FLOP ran at that rate would give {ceiling:.0f} completions/s."
-        )
-        set_headline(section, "step_roofline_fraction", ref["gflop_per_s"] / matmul_gflops_s)
-    else:
-        set_headline(section, "step_roofline_fraction", None, "the matmul ceiling is measured on CPU only")
+    section["notes"] += _split_notes(sft, ref)
+    _roofline(section, plan, ref, matmul_gflops_s)
     section["notes"].append(
         f"Shipped settings (`grpo_completions_per_s_default`, the ablation's row {default_name!r}): "
         f"{default.get('runtime')}; "

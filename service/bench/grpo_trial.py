@@ -277,23 +277,9 @@ def run_trial(
     if sampling_threads is not None:
         setting = None if sampling_threads == "rule" else sampling_threads
         decode = choose_sampling_threads(trainer, setting, pairs[0].prompt)
-    records = []
     try:
         memory = PeakMemory(trainer.device)
-        with tempfile.TemporaryFile("w") as metrics_log:
-            for i in range(warmup + steps):
-                timed.reset()
-                rollouts.clear()
-                began = time.perf_counter()
-                metrics = trainer.grpo_step(pairs[i * n : (i + 1) * n], timed)
-                metrics_log.write(json.dumps({"step": i, "phase": "grpo", **metrics}) + "\n")
-                metrics_log.flush()
-                wall = time.perf_counter() - began
-                if i >= warmup:
-                    record = _step_record(metrics, timed, rollouts, wall)
-                    record["gflop"] = step_flops(trainer, rollouts.shapes, cfg.sampling.use_kv_cache) / 1e9
-                    record["gflop_per_s"] = record["gflop"] / wall
-                    records.append(record)
+        records = _timed_steps(trainer, pairs, timed, rollouts, warmup, steps)
         peak = memory.result()
     finally:
         if pool is not None:
@@ -307,6 +293,31 @@ def run_trial(
     if isinstance(source, PlacedRewards):
         runtime["placement_decisions"] = source.decisions
     return {**summarise_steps(records), **peak, "runtime": runtime}
+
+
+def _timed_steps(
+    trainer: Trainer, pairs: list, timed: TimedRewards, rollouts: RolloutLog, warmup: int, steps: int
+) -> list[dict[str, float]]:
+    """Run `warmup` then `steps` GRPO steps, each writing its metrics line as a run does; the
+    records of the timed ones (phases, wall time, estimated GFLOP)."""
+    n, records = trainer.cfg.grpo.prompts_per_step, []
+    with tempfile.TemporaryFile("w") as metrics_log:
+        for i in range(warmup + steps):
+            timed.reset()
+            rollouts.clear()
+            began = time.perf_counter()
+            metrics = trainer.grpo_step(pairs[i * n : (i + 1) * n], timed)
+            metrics_log.write(json.dumps({"step": i, "phase": "grpo", **metrics}) + "\n")
+            metrics_log.flush()
+            wall = time.perf_counter() - began
+            if i >= warmup:
+                record = _step_record(metrics, timed, rollouts, wall)
+                record["gflop"] = (
+                    step_flops(trainer, rollouts.shapes, trainer.cfg.sampling.use_kv_cache) / 1e9
+                )
+                record["gflop_per_s"] = record["gflop"] / wall
+                records.append(record)
+    return records
 
 
 def summarise_steps(records: list[dict[str, float]]) -> dict[str, Any]:
