@@ -28,6 +28,7 @@ from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
 from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
 from trainer.policy.hf_cache import preallocate
+from trainer.policy.hf_gelu import replace_gelu_new
 from trainer.policy.hf_tokenizer import HFTokenizer
 
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
@@ -96,6 +97,7 @@ def load_model(cfg: ModelConfig, vocab: int) -> nn.Module:
     )
     if model.get_input_embeddings().weight.shape[0] < vocab:  # a PAD token was added
         model.resize_token_embeddings(vocab)
+    replace_gelu_new(model)  # the same values with fewer temporaries (GPT-2 and its kin)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora is not None:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trainer.config import ModelConfig, SamplingConfig  # noqa: E402
 from trainer.policy.base import PromptFormat  # noqa: E402
@@ -47,7 +48,11 @@ def test_logprobs_equal_log_softmax_of_the_model_on_each_unpadded_row(policy):
     """Sampler log-probs and the training forward's both equal the model alone on the row's real tokens."""
     cfg = SamplingConfig(group_size=3, max_new_tokens=12, temperature=1.0)
     r = generate(policy, _prompts(policy), cfg, generator=torch.Generator().manual_seed(0), stop_at_eos=False)
-    model = policy.model.eval()
+    # the model as transformers itself loads it (the policy's own replaces GPT-2's gelu_new module)
+    model = AutoModelForCausalLM.from_pretrained(
+        policy.cfg.path, dtype=torch.float32, attn_implementation=policy.cfg.attn_implementation
+    ).eval()
+    policy.model.eval()  # no dropout in the recomputation below
     p = r.prompt_len
     for row in range(r.num_rows):
         ids = r.input_ids[row][r.attn_mask[row]]  # the prompt's real tokens and the completion
