@@ -3,8 +3,9 @@
 Both are 2 layers, 128 wide, 4 heads (the built-in `tiny` GPT and a GPT-2 made by
 `service.tiny_model`, whose character vocabulary is 101 tokens against the chess alphabet's 46),
 fp32, with the same sampling, GRPO and optimiser settings and in-process scoring, each run
-as the service runs it (`Trainer.grpo_step`). Steps alternate between the two so that load drifts
-hit both alike; medians are reported.
+as the service runs it (`Trainer.grpo_step`). A third row runs the same hf policy with GPT-2's
+`gelu_new` as transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps
+alternate between the policies so that load drifts hit them alike; medians are reported.
 
     hf_completions_per_s   completions per second of a whole GRPO step on the hf path
     hf_vs_builtin          that over the built-in GPT's (the issue's target: >= 0.7)
@@ -52,19 +53,39 @@ def _config(plan: HFPlan, model: dict[str, Any]) -> TrainerConfig:
     )  # fmt: skip
 
 
+STOCK_GELU = "hf, transformers' own gelu_new"
+
+
+def _with_stock_gelu(trainer: Trainer) -> Trainer:
+    """The hf trainer with GPT-2's activation as transformers defines it (the policy replaces it
+    with `trainer.policy.hf_gelu.GeluNew`: the same values, fewer temporaries)."""
+    from transformers.activations import NewGELUActivation
+
+    from trainer.policy.hf_gelu import GeluNew
+
+    for parent in trainer.model.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, GeluNew):
+                setattr(parent, name, NewGELUActivation())
+    return trainer
+
+
 def _trainers(plan: HFPlan, model_dir: str) -> dict[str, Trainer]:
     from trainer.policy.hf_tiny import write_tiny_model
 
     write_tiny_model(model_dir, "gpt2", positions=256)
     builtin = _config(plan, {"size": "tiny"})
     hf = _config(plan, {"source": "hf", "path": model_dir})
-    return {  # both built, whichever is timed: the same order of work either way
+    return {  # all built, whichever are timed: the same order of work either way
         "builtin": Trainer(builtin, policy=build_policy(builtin, CharTokenizer(CHESS_ALPHABET))),
         "hf": Trainer(hf, policy=build_policy(hf)),
+        STOCK_GELU: _with_stock_gelu(Trainer(hf, policy=build_policy(hf))),
     }
 
 
-def bench_rates(plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf")) -> dict[str, list[float]]:
+def bench_rates(
+    plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf", STOCK_GELU)
+) -> dict[str, list[float]]:
     """Completions/s of each timed GRPO step of each policy (steps alternate between them), and
     under the key `<policy>/<phase>` the step's sampling and update seconds."""
     pairs = generate_pairs(plan.prompts, seed=5, min_plies=1, max_plies=4)
@@ -86,15 +107,24 @@ def bench_hf(plan: HFPlan) -> dict[str, Any]:
     section = new_section("hf", TITLE, owns=HEADLINE)
     rates = bench_rates(plan)
     rows = [
-        [p, *(median(rates[k]) for k in (p, f"{p}/sample_s", f"{p}/update_s"))] for p in ("builtin", "hf")
+        [
+            p,
+            *(median(rates[k]) for k in (p, f"{p}/sample_s", f"{p}/update_s")),
+            median(rates[p]) / median(rates["builtin"]),
+        ]
+        for p in ("builtin", "hf", STOCK_GELU)
     ]
-    add_table(section, "GRPO step, medians", ["policy", "completions/s", "sample_s", "update_s"], rows)
+    add_table(
+        section, "GRPO step, medians", ["policy", "completions/s", "sample_s", "update_s", "vs builtin"], rows
+    )
     hf, builtin = median(rates["hf"]), median(rates["builtin"])
     set_headline(section, "hf_completions_per_s", hf)
     set_headline(section, "hf_vs_builtin", hf / builtin)
     section["data"] = {"rates": rates, "plan": plan.__dict__}
-    section["notes"].append(
+    section["notes"] += [
         f"{plan.prompts} prompts x {plan.group_size} completions of up to {plan.max_new_tokens} tokens, "
-        "fp32, in-process scoring; steps alternate between the two policies"
-    )
+        "fp32, in-process scoring; steps alternate between the policies",
+        f"'{STOCK_GELU}': the same hf policy with GPT-2's `NewGELUActivation` as transformers defines it, "
+        "in place of the policy's `GeluNew` (equal values, fewer temporaries); not a headline",
+    ]
     return section
