@@ -61,12 +61,9 @@ def _with_stock_gelu(trainer: Trainer) -> Trainer:
     with `trainer.policy.hf_gelu.GeluNew`: the same values, fewer temporaries)."""
     from transformers.activations import NewGELUActivation
 
-    from trainer.policy.hf_gelu import GeluNew
+    from trainer.policy.hf_gelu import GeluNew, swap_modules
 
-    for parent in trainer.model.modules():
-        for name, child in list(parent.named_children()):
-            if isinstance(child, GeluNew):
-                setattr(parent, name, NewGELUActivation())
+    swap_modules(trainer.model, GeluNew, NewGELUActivation)
     return trainer
 
 

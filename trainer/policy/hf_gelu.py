@@ -12,6 +12,7 @@ so it is not used. Only modules of exactly that class are replaced; the config i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -58,14 +59,19 @@ class GeluNew(nn.Module):
         return gelu_new(x)
 
 
+def swap_modules(model: nn.Module, old: type[nn.Module], new: Callable[[], nn.Module]) -> int:
+    """Put `new()` in place of every submodule of exactly the class `old`; how many were swapped."""
+    swapped = 0
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if type(child) is old:
+                setattr(parent, name, new())
+                swapped += 1
+    return swapped
+
+
 def replace_gelu_new(model: nn.Module) -> int:
     """Put `GeluNew` in place of every `NewGELUActivation` in `model`; how many were replaced."""
     from transformers.activations import NewGELUActivation
 
-    replaced = 0
-    for parent in model.modules():
-        for name, child in list(parent.named_children()):
-            if type(child) is NewGELUActivation:
-                setattr(parent, name, GeluNew())
-                replaced += 1
-    return replaced
+    return swap_modules(model, NewGELUActivation, GeluNew)
