@@ -180,6 +180,31 @@ def live_processes() -> list[ProcInfo]:
     return found
 
 
+class EveryTick:
+    """A daemon thread that calls `tick()` every `every_s` seconds while the `with` block runs
+    (the fault tests' samplers and killers); the block's end stops and joins it."""
+
+    def __init__(self, every_s: float, name: str):
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.tick()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (VmRSS in /proc/<pid>/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

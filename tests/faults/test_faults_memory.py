@@ -17,10 +17,9 @@ rollouts or records, already exceeds it.
 from __future__ import annotations
 
 import statistics
-import threading
 
 import pytest
-from fault_runs import DriverRun, driver_run, rss_bytes, summary, train_argv
+from fault_runs import DriverRun, EveryTick, driver_run, rss_bytes, summary, train_argv
 
 pytestmark = pytest.mark.slow
 
@@ -46,34 +45,22 @@ SETS = (
 )
 
 
-class RssSampler:
+class RssSampler(EveryTick):
     """(last global step printed, driver RSS, reward worker RSS) every `every_s` seconds."""
 
     def __init__(self, run: DriverRun, every_s: float = 0.1):
-        self.run, self.every_s = run, every_s
+        super().__init__(every_s, name="rss-sampler")
+        self.run = run
         self.samples: list[tuple[int, int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
 
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            workers = self.run.ray_workers("RewardWorker")
-            if len(workers) != 1:
-                continue
-            try:
-                self.samples.append(
-                    (self.run.last_step(), rss_bytes(self.run.pid), rss_bytes(workers[0].pid))
-                )
-            except (OSError, ValueError):  # a process went away between the two reads
-                continue
+    def tick(self) -> None:
+        workers = self.run.ray_workers("RewardWorker")
+        if len(workers) != 1:
+            return
+        try:
+            self.samples.append((self.run.last_step(), rss_bytes(self.run.pid), rss_bytes(workers[0].pid)))
+        except (OSError, ValueError):  # a process went away between the two reads
+            return
 
     def median_around(self, grpo_step: int, which: int, half_width: int = 10) -> float:
         step = SFT_STEPS + grpo_step

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
 from fault_runs import (
     FAULT_TOTAL_STEPS,
+    EveryTick,
     assert_same_weights,
     driver_run,
     fault_sets,
@@ -55,41 +55,31 @@ def test_a_killed_trainer_worker_is_restarted_from_the_latest_checkpoint(
     )
 
 
-class RewardWorkerKiller:
-    """A thread that SIGKILLs one of a run's reward worker processes every `every_s`, in turn,
-    choosing only processes that have been up for at least `min_uptime_s`."""
+class RewardWorkerKiller(EveryTick):
+    """SIGKILLs one of a run's reward worker processes every `every_s`, in turn, choosing only
+    processes that have been up for at least `min_uptime_s`."""
 
     def __init__(self, run, every_s: float, min_uptime_s: float):
-        self.run, self.every_s, self.min_uptime_s = run, every_s, min_uptime_s
+        super().__init__(0.1, name="reward-worker-killer")
+        self.run, self.kill_every_s, self.min_uptime_s = run, every_s, min_uptime_s
         self.kills: list[tuple[int, int]] = []  # (pid, last step printed)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="reward-worker-killer", daemon=True)
+        self._last_kill, self._turn = 0.0, 0
 
-    def __enter__(self) -> RewardWorkerKiller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        last_kill, turn = 0.0, 0
-        while not self._stop.wait(0.1):
-            if time.monotonic() - last_kill < self.every_s:
-                continue
-            workers = sorted(self.run.ray_workers("RewardWorker"), key=lambda p: p.pid)
-            ready = [p.pid for p in workers if p.age_s() >= self.min_uptime_s]
-            if not ready:
-                continue
-            victim = ready[turn % len(ready)]
-            turn += 1
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            last_kill = time.monotonic()
-            self.kills.append((victim, self.run.last_step()))
+    def tick(self) -> None:
+        if time.monotonic() - self._last_kill < self.kill_every_s:
+            return
+        workers = sorted(self.run.ray_workers("RewardWorker"), key=lambda p: p.pid)
+        ready = [p.pid for p in workers if p.age_s() >= self.min_uptime_s]
+        if not ready:
+            return
+        victim = ready[self._turn % len(ready)]
+        self._turn += 1
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self._last_kill = time.monotonic()
+        self.kills.append((victim, self.run.last_step()))
 
 
 def test_reward_workers_killed_repeatedly_change_no_reward(fault_root, train_file, reference_run):
