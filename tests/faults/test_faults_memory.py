@@ -60,7 +60,7 @@ class RssSampler(EveryTick):
         try:
             self.samples.append((self.run.last_step(), rss_bytes(self.run.pid), rss_bytes(workers[0].pid)))
         except (OSError, ValueError):  # a process went away between the two reads
-            return
+            pass
 
     def median_around(self, grpo_step: int, which: int, half_width: int = 10) -> float:
         step = SFT_STEPS + grpo_step

@@ -56,12 +56,12 @@ def test_a_killed_trainer_worker_is_restarted_from_the_latest_checkpoint(
 
 
 class RewardWorkerKiller(EveryTick):
-    """SIGKILLs one of a run's reward worker processes every `every_s`, in turn, choosing only
-    processes that have been up for at least `min_uptime_s`."""
+    """SIGKILLs one of a run's reward worker processes every `kill_every_s` (looking every 0.1 s),
+    in turn, choosing only processes that have been up for at least `min_uptime_s`."""
 
-    def __init__(self, run, every_s: float, min_uptime_s: float):
+    def __init__(self, run, kill_every_s: float, min_uptime_s: float):
         super().__init__(0.1, name="reward-worker-killer")
-        self.run, self.kill_every_s, self.min_uptime_s = run, every_s, min_uptime_s
+        self.run, self.kill_every_s, self.min_uptime_s = run, kill_every_s, min_uptime_s
         self.kills: list[tuple[int, int]] = []  # (pid, last step printed)
         self._last_kill, self._turn = 0.0, 0
 
