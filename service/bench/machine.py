@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy
-import ray
 import torch
 
 
@@ -81,7 +81,7 @@ def machine_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
-        "ray": ray.__version__,
+        "ray": _version("ray"),
         "numpy": numpy.__version__,
         "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
         "load_average_at_start": load_average(),
@@ -97,3 +97,11 @@ def describe(info: dict[str, Any]) -> str:
         f"{info['cpu_model']}, {info['usable_cores']} cores{mem}, {gpu}; "
         f"Python {info['python']}, torch {info['torch']}, ray {info['ray']}" + (f"; {env}" if env else "")
     )
+
+
+def _version(package: str) -> str:
+    """An installed package's version without importing it ('absent' where it is not installed)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"

@@ -1,0 +1,123 @@
+"""`python -m service.bench.gpu_steps`: GRPO steps of the `gpt2-4090` preset on one CUDA device, in process.
+
+The preset's trainer on one GPU (one rank), its FEN rewards scored inline: no Ray, so it runs where only
+torch and the project's pure packages are installed. Each variant (bf16 eager, then + torch.compile and
+CUDA graphs of the decode step) builds a fresh trainer, runs warm-up steps, then times steps; it prints
+one row per variant: step seconds, completions/s, completion tokens/s and the step's phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from typing import Any
+
+import torch
+
+from rewards import USABLE_STATUSES, RewardConfig, Scorer
+from service.presets import PRESETS
+from trainer.config import TrainerConfig
+from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
+from trainer.engine import Trainer
+from trainer.grpo.reward_source import InlineRewards, Rewards
+from trainer.policy.char_tokenizer import CharTokenizer
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "bf16 eager": {},
+    "bf16 + compile + CUDA graphs": {
+        "model": {"compile": True},
+        "sampling": {"compile": True, "cuda_graphs": True},
+    },
+}
+
+
+def preset_trainer_config(preset: str, extra: dict[str, Any]) -> TrainerConfig:
+    data = {k: dict(v) for k, v in PRESETS[preset].items() if k in TrainerConfig.model_fields}
+    for section, values in extra.items():
+        data.setdefault(section, {}).update(values)
+    return TrainerConfig.model_validate(data)
+
+
+def fen_rewards() -> InlineRewards:
+    scorer = Scorer(RewardConfig())
+
+    def score(completions: list[str], targets: list[str]) -> Rewards:
+        results = scorer.score_batch(completions, targets)
+        return Rewards(
+            values=[r.total for r in results],
+            usable=[r.status in USABLE_STATUSES for r in results],
+            statuses=[r.status for r in results],
+        )
+
+    return InlineRewards(score)
+
+
+def time_variant(
+    preset: str, extra: dict[str, Any], warmup: int, steps: int, device: str = "cuda"
+) -> dict[str, Any]:
+    cfg = preset_trainer_config(preset, extra)
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET), device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    data = cfg.data
+    pairs = generate_pairs(
+        cfg.grpo.prompts_per_step * (warmup + steps), data.seed, data.min_plies, data.max_plies, data.natural
+    )
+    rewards = fen_rewards()
+    n = cfg.grpo.prompts_per_step
+    rows = []
+    for i in range(warmup + steps):
+        sync()
+        metrics = trainer.grpo_step(pairs[i * n : (i + 1) * n], rewards)
+        sync()
+        if i >= warmup:
+            rows.append(metrics)
+    step_s = statistics.median(r["step_time_s"] for r in rows)
+    completions = rows[0]["completions"]
+    tokens = statistics.median(r["tokens"] for r in rows)
+    phases = {
+        k: statistics.median(r[k] for r in rows)
+        for k in rows[0]
+        if k.endswith("_s") and k not in ("step_time_s", "completions_per_s")
+    }
+    return {
+        "step_s": step_s,
+        "completions": completions,
+        "completions_per_s": completions / step_s,
+        "completion_tokens": tokens,
+        "tokens_per_s": tokens / step_s,
+        "phases_s": phases,
+        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service.bench.gpu_steps", description=__doc__)
+    parser.add_argument("--preset", default="gpt2-4090")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device: these rows need one", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "preset": args.preset}
+    for name, extra in VARIANTS.items():
+        torch.cuda.reset_peak_memory_stats()
+        results[name] = r = time_variant(args.preset, extra, args.warmup, args.steps)
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
+        print(
+            f"{name}: step {r['step_s']:.3f} s, {r['completions_per_s']:.1f} completions/s, "
+            f"{r['tokens_per_s']:.0f} tokens/s, peak {r['peak_mib']:.0f} MiB; {phases}",
+            flush=True,
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
