@@ -27,7 +27,7 @@ from typing import Any
 
 from actors.pool.codec import encode
 from actors.pool.daemon_threads import DaemonThreads
-from actors.pool.reward_pool import RewardPool, _check_error_rate
+from actors.pool.reward_pool import RewardPool, check_error_rate
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
 from trainer.grpo.reward_source import Rewards
@@ -86,7 +86,7 @@ class PlacedRewards:
             "reward_timeouts": float(statuses.count(TIMEOUT)),
         }
         if results:  # the pool's guard: too many errors fail the step, inline as on the pool
-            _check_error_rate([encode(results)], stats, self.pool.cfg.error_rate_threshold)
+            check_error_rate([encode(results)], stats, self.pool.cfg.error_rate_threshold)
         return Rewards([r.total for r in results], [s in USABLE_STATUSES for s in statuses], statuses, stats)
 
     def collect(self, tickets: Sequence[Any], timeout_s: float | None = None) -> Rewards:

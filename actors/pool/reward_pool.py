@@ -10,7 +10,7 @@ Items are cut into chunks (a small chunk travels inside the call, a large one is
 the object store) and sent to the least-loaded worker with at most `max_in_flight_per_worker`
 calls each; a background dispatcher (see dispatcher.py) keeps workers fed, enforces deadlines
 and re-dispatches the work of dead or killed workers. Results come back as compact columns
-(chunk_codec.py) and are read out in submission order.
+(codec.py) and are read out in submission order.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ class RewardPool:
             )
         blocks = [b for t in tickets for b in t.blocks()]
         stats = self._stats(tickets, blocks, waited)
-        _check_error_rate(blocks, stats, self.cfg.error_rate_threshold)
+        check_error_rate(blocks, stats, self.cfg.error_rate_threshold)
         return blocks, stats
 
     def _stats(self, tickets: list[Ticket], blocks: list[EncodedResults], waited: float) -> dict[str, float]:
@@ -347,7 +347,9 @@ def _pickles_small(payload: Any) -> bool:
         return False
 
 
-def _check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
+def check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
+    """Raises RewardErrorRateExceeded when errors and timeouts exceed `threshold` of the items so far,
+    naming up to three distinct reasons (the pool's and an inline placement's rule alike)."""
     items = stats["reward_items"]
     failed = stats["reward_errors"] + stats["reward_timeouts"]
     if not items or failed / items <= threshold:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import closed_port_address
 from ray_head import RayHead
-from test_client_cli import closed_port_address
 
 from service.client import ConnectionFailed, TrainingClient, UnknownRun
 from service.client._jobs import JobsApi

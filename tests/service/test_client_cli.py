@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import closed_port_address
 
 from service.client import DEFAULT_ADDRESS, TrainingClient
 from service.client.cli import build_parser, default_address, main
@@ -15,13 +15,6 @@ from service.client.render import runs_table, status_table
 from service.client.states import RunInfo, RunState, RunStatus, timestamp
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def closed_port_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"  # nothing listens there once the socket is closed
 
 
 @pytest.mark.parametrize(

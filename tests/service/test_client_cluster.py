@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dashboard_series import dashboard_series
 from ray.job_submission import JobSubmissionClient
 from ray_head import RayHead
-from test_dashboard import dashboard_series
 
 from actors.run.metrics import EVAL_GAUGES, STEPS_COUNTER
 from service.client import (

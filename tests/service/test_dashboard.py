@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 import urllib.request
@@ -13,24 +12,18 @@ import uuid
 from pathlib import Path
 
 import pytest
+from dashboard_series import dashboard_series
 
 from service.dashboard import (
     DASHBOARD_FILE,
-    build_dashboard,
     dashboard_text,
     install,
-    queries,
     ray_dashboards_dir,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SERIES = re.compile(r"\bray_[a-z0-9_]+")
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
-
-
-def dashboard_series() -> set[str]:
-    return {name for expr in queries(build_dashboard()) for name in SERIES.findall(expr)}
 
 
 def test_the_committed_dashboard_is_the_generated_one():

@@ -6,16 +6,12 @@ import logging
 import pytest
 import torch
 
+from tests.trainer.tiny_setup import CHESS_TOKENIZER, PAIRS
 from trainer.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint
 from trainer.config import TrainerConfig
-from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards
-from trainer.policy.char_tokenizer import CharTokenizer
 
-CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
-
-PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
 CFG = TrainerConfig.model_validate(
     {
         "seed": 5,

@@ -5,37 +5,13 @@ import math
 import pytest
 import torch
 
+from tests.trainer.tiny_setup import CHESS_TOKENIZER, PAIRS, char_match, small_cfg
 from trainer.config import TrainerConfig
-from trainer.data.chess_games import CHESS_ALPHABET, Pair
+from trainer.data.chess_games import Pair
 from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards, Rewards
 from trainer.grpo.selection import RewardFailure
 from trainer.optim import NonFiniteStepsError
-from trainer.policy.char_tokenizer import CharTokenizer
-
-CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
-
-PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
-
-
-def small_cfg(optim=None, **grpo) -> TrainerConfig:
-    return TrainerConfig.model_validate(
-        {
-            "seed": 0,
-            "sampling": {"group_size": 4, "max_new_tokens": 6, "prompts_per_microbatch": 2},
-            "grpo": {"prompts_per_step": 4, **grpo},
-            "optim": {"lr": 1e-3, **(optim or {})},
-        }
-    )
-
-
-def char_match(completions, targets):
-    """Fraction of target characters matched position by position."""
-    return [
-        sum(a == b for a, b in zip(c, t, strict=False)) / len(t)
-        for c, t in zip(completions, targets, strict=True)
-    ]
-
 
 EXPECTED_KEYS = {
     "reward_mean", "loss", "kl", "entropy", "clip_frac", "zero_var_frac", "dropped_groups", "skipped",

@@ -5,27 +5,15 @@ import math
 import pytest
 import torch
 
+from tests.trainer.tiny_setup import CHESS_TOKENIZER, PAIRS, char_match
 from trainer.config import TrainerConfig
-from trainer.data.chess_games import CHESS_ALPHABET, Pair
 from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards
-from trainer.policy.char_tokenizer import CharTokenizer
-
-CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
-
-PAIRS = [Pair(p, t) for p, t in [("e4", "ab"), ("d4", "cd"), ("c4", "ef"), ("Nf3", "gh")]]
-
-
-def char_match(completions, targets):
-    return [
-        sum(a == b for a, b in zip(c, t, strict=False)) / len(t)
-        for c, t in zip(completions, targets, strict=True)
-    ]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 
-from test_engine import CHESS_TOKENIZER, PAIRS, small_cfg
-
+from tests.trainer.tiny_setup import CHESS_TOKENIZER, PAIRS, small_cfg
 from trainer.engine import Trainer
 from trainer.evaluation import summarise_eval
 from trainer.grpo.reward_source import InlineRewards, Rewards
