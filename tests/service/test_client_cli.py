@@ -119,3 +119,18 @@ def test_runs_table_lists_runs_and_says_when_there_are_none():
     assert text.splitlines()[0].split() == ["RUN", "ID", "STATE", "PRESET", "STARTED", "ELAPSED"]
     assert "r1" in text and "RUNNING" in text and "smoke" in text
     assert runs_table([]) == "no training runs on this cluster"
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+    """`python -m service.client status X | head`: the reader goes away before the output ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.client", "list", "--json", "--address", closed_port_address()],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before the interpreter has started: its JSON line meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
