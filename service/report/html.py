@@ -21,11 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from service.report.boards import board_svg, figures_by_length
 from service.report.plot import write_report
 from service.run_files import CONFIG_FILE, EVAL_FILE, METRICS_FILE, REPORT_FILE, SUMMARY_FILE, read_jsonl
 
 HTML_FILE = "report.html"
+GAME_TASK = "fen"  # the task whose prompts are move lists: its figures by game length
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -99,13 +102,17 @@ def curves_section(run_dir: Path) -> str:
     return f'<h2>Curves</h2><img class="curves" alt="training curves" src="data:image/png;base64,{data}">'
 
 
-def by_length_section(evals: Sequence[Mapping[str, Any]]) -> str:
+def by_length_section(evals: Sequence[Mapping[str, Any]], task: str = GAME_TASK) -> str:
+    """The held-out figures by game length (plies) of the first and the last evaluation; nothing
+    for a task whose prompts are not move lists."""
+    if task != GAME_TASK:
+        return ""
     if not evals:
         return "<h2>Held-out figures by game length</h2><p>No evaluation yet.</p>"
     chosen = [evals[0]] if len(evals) == 1 else [evals[0], evals[-1]]
+    tables = [(record, *figures_by_length(record)) for record in chosen]
     parts = ["<h2>Held-out figures by game length</h2>"]
-    for record in chosen:
-        rows, source = figures_by_length(record)
+    for record, rows, source in tables:
         body = (
             f'<tr data-length="{esc(r.length)}">{_cell("length", esc(r.length), True)}'
             f"{_cell('count', esc(r.count), True)}{_cell('reward_mean', fmt(r.reward_mean), True)}"
@@ -166,6 +173,15 @@ def config_section(run_dir: Path) -> str:
     return f"<h2>Config</h2><details open><summary>{CONFIG_FILE}</summary><pre class='config'>{esc(text)}</pre></details>"
 
 
+def _task_name(run_dir: Path) -> str:
+    """The run's task from its config.yaml (the default task when the file is missing or unreadable)."""
+    try:
+        config = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
+        return str((config.get("task") or {}).get("name") or GAME_TASK)
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return GAME_TASK
+
+
 def _summary(run_dir: Path) -> dict[str, Any]:
     try:
         return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -182,7 +198,7 @@ def render_html(run_dir: str | Path, title: str | None = None) -> str:
         outcome_section(summary, metrics),
         evaluations_section(evals),
         curves_section(run_dir),
-        by_length_section(evals),
+        by_length_section(evals, _task_name(run_dir)),
         samples_section(evals),
         config_section(run_dir),
     )

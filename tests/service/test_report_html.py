@@ -11,7 +11,7 @@ from actors.run.control import EVAL, START, STEP
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.report.boards import figures_by_length, plies_of
-from service.report.html import fmt, pct
+from service.report.html import fmt, pct, render_html
 from service.report.timing import step_time_split
 from service.run_files import read_jsonl
 from trainer.schedule import Schedule
@@ -123,3 +123,11 @@ def test_headless_chromium_renders_what_the_records_hold(run_dir, tmp_path_facto
     assert len(page["boardWidths"]) == 4 + 2 and min(page["boardWidths"]) >= 100 and page["notBoards"] == 2
     assert page["lengths"] == ["1", "2", "1", "2"]  # by plies, first and last evaluation
     assert page["curves"] > 500 and "seed: 0" in page["config"]
+
+
+def test_a_task_without_games_has_no_figures_by_game_length(run_dir):
+    assert "Held-out figures by game length" in render_html(run_dir)
+    (run_dir / "config.yaml").write_text("seed: 0\ntask:\n  name: text\n  path: rows.jsonl\n")
+    page = render_html(run_dir)
+    assert "game length" not in page and "by-length" not in page
+    assert "Held-out evaluations" in page  # the task's own figures stay
