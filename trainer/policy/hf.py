@@ -27,7 +27,7 @@ from trainer.config import ModelConfig, SamplingConfig
 from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
 from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
-from trainer.policy.hf_cache import preallocate
+from trainer.policy.hf_cache import cache_kwarg, output_cache, preallocate
 from trainer.policy.hf_gelu import replace_gelu_new
 from trainer.policy.hf_tokenizer import HFTokenizer
 
@@ -179,7 +179,8 @@ class HFPolicy:
         out = model(
             input_ids=ids, attention_mask=mask.long(), position_ids=positions_from_mask(mask), use_cache=True
         )
-        cache = out.past_key_values
+        cache = output_cache(out)
+        cache_arg = cache_kwarg(self.base_model)
         cache.batch_repeat_interleave(k)  # one prefill per prompt serves its K rows
         preallocate(cache, max_len)  # each step writes its column instead of copying the cache
         seen = torch.ones((b * k, max_len), dtype=torch.long, device=ids.device)  # [N, T_max]
@@ -190,7 +191,7 @@ class HFPolicy:
         def step(tokens: Tensor, t: int) -> Tensor:
             logits = model(
                 input_ids=tokens.unsqueeze(1), attention_mask=seen[..., : p + t + 1],
-                position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True,
+                position_ids=next_pos.unsqueeze(1), use_cache=True, **{cache_arg: cache},
             ).logits[:, -1]  # fmt: skip
             next_pos.add_(1)
             return logits

@@ -10,6 +10,7 @@ part, so whatever reads them (attention, the mask's sizes, `get_seq_length`) see
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -57,3 +58,15 @@ def preallocate(cache: Any, max_len: int) -> int:
             cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, max_len)
             turned += 1
     return turned
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward argument that takes a cache: `cache` where the model has it (newer transformers,
+    where `past_key_values` is deprecated and warns on every run), else `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The cache a forward returned, under either name."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

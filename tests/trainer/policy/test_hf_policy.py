@@ -79,3 +79,15 @@ def test_chat_template_renders_system_and_user(tmp_path):
     fmt = PromptFormat(chat_template=True, system="be brief")
     tok = HFPolicy.load(ModelConfig(source="hf", path=str(path)), fmt).tokenizer
     assert tok.decode(tok.encode_prompt("d4")) == "system: be brief\nuser: d4\nassistant: "
+
+
+def test_cached_decoding_uses_no_deprecated_argument(policy):
+    """transformers 5.x renamed `past_key_values` to `cache` and warns on the old name every run."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as hf_logging
+
+    logger = hf_logging.get_logger("transformers.utils.generic")
+    cfg = SamplingConfig(group_size=2, max_new_tokens=4)
+    with CaptureLogger(logger) as captured:
+        generate(policy, _prompts(policy), cfg, greedy=True, stop_at_eos=False)
+    assert "deprecated" not in captured.out, captured.out
