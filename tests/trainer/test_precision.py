@@ -70,9 +70,12 @@ def test_trainer_steps_in_reduced_precision_keep_fp32_master_weights(dtype):
 def test_auto_dtype_follows_the_hardware(monkeypatch):
     from trainer import precision
 
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
     assert precision.resolve_dtype("auto", "cpu")[0] == "bf16"
     assert Precision(PrecisionConfig(), "cpu").autocast_dtype == torch.bfloat16
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    dtype, reason = precision.resolve_dtype("auto", "cpu")
+    assert dtype == "fp32" and "no amx_bf16" in reason  # AVX512-BF16 alone: no faster than fp32
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     dtype, reason = precision.resolve_dtype("auto", "cpu")
     assert dtype == "fp32" and "no native bf16" in reason

@@ -49,7 +49,7 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
         assert names[1] == "+ decode threads as shipped (one for a small decode step)" and len(names) == 2
         assert rows[1][2]["sampling_threads"] == "rule" and rows[1][2]["env"] == rows[0][2]["env"]
     assert any("no native bf16" in n for n in notes)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)
     by_name = {r[0]: r for r in rows}
     bf16 = next(n for n in by_name if "bf16 autocast" in n)
