@@ -1,3 +1,38 @@
-"""Suite-wide plugins."""
+"""Suite-wide plugins: the test tiers (`tiers.py`) and the thread guard (`thread_guard.py`)."""
 
+from __future__ import annotations
+
+import sys
+
+import pytest
+import tiers
 from thread_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: F401  (hooks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.register(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.assign(items)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    tiers.stop_after_a_failing_tier(item, nextitem)
+
+
+@pytest.fixture(autouse=True)
+def _compile_workers_released():
+    """A test that compiled leaves inductor's worker pool behind (non-daemon threads that only
+    torch's exit handler stops): shut it down with the test that started it."""
+    yield
+    if "torch._inductor.async_compile" in sys.modules:
+        from trainer.compile import release_compile_workers
+
+        release_compile_workers()
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_ray(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiers.refuse_ray_in_unit(request.node, monkeypatch)

@@ -64,3 +64,20 @@ def maybe_compile(
         _warn_once(f"torch.compile requested for {what} but {reason}: running eagerly")
         return fn
     return torch.compile(fn, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
+
+
+def release_compile_workers() -> None:
+    """Shut down the compile workers inductor keeps for the process (a thread pool for C++ kernels,
+    process pools for Triton), as torch itself does at exit. For a process that compiled and goes on
+    doing other work (a test session, the benchmark); a later compile starts them again. Does
+    nothing when inductor was never imported."""
+    import sys
+
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    if async_compile is None:
+        return
+    async_compile.shutdown_compile_workers()  # the process pools torch tracks
+    pool = getattr(async_compile.AsyncCompile, "pool", None)  # the thread pool, cached, untracked
+    if pool is not None and hasattr(pool, "cache_info") and pool.cache_info().currsize:
+        pool().shutdown(wait=True)
+        pool.cache_clear()
