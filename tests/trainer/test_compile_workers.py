@@ -15,7 +15,12 @@ def _executor_threads() -> set[threading.Thread]:
 @pytest.mark.skipif(compile_unsupported_reason("cpu") is not None, reason="no C++ compiler for inductor")
 def test_compile_workers_are_released_and_compiling_again_works(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a cold cache: kernels really compile
-    monkeypatch.setattr(torch._inductor.config, "compile_threads", 2)  # the pool even on one core
+    with torch._inductor.config.patch(compile_threads=2):  # the pool even on one core
+        _compile_release_and_compile_again()
+
+
+def _compile_release_and_compile_again() -> None:
+    # (monkeypatch.setattr on inductor's config module leaves the option hidden after undo)
     before = _executor_threads()
     torch._dynamo.reset()
     f = torch.compile(lambda x: torch.sin(x) * 2 + x.cos())
