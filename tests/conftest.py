@@ -6,7 +6,8 @@ import sys
 
 import pytest
 import tiers
-from thread_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: F401  (hooks)
+
+pytest_plugins = ["thread_guard"]  # its hooks: per test, which threads started; at exit, the leaked ones
 
 
 def pytest_configure(config: pytest.Config) -> None:

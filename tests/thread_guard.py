@@ -2,8 +2,11 @@
 
 Python joins every non-daemon thread (an executor's workers among them) before a process exits,
 so one such thread stuck in a test kept pytest alive after its summary, until CI's limit. At the
-end of the session this waits a little for such threads, then names each with its stack, and ends
-the process with a failing status instead of waiting for them.
+end of the session this waits a little for such threads, then names each with the test during
+which it started (and the phase: setup, call or teardown, a fixture's teardown included) and its
+stack as it is now, and ends the process with a failing status instead of waiting for them.
+
+`THREAD_GUARD_GRACE_S` (seconds) overrides how long threads that are only finishing get.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ import sys
 import threading
 import time
 import traceback
+import weakref
+from collections.abc import Generator
 
 import pytest
 
-GRACE_S = 60.0  # threads that are only finishing up get this long
+GRACE_S = float(os.environ.get("THREAD_GUARD_GRACE_S", "60"))  # threads only finishing get this long
 _stuck: list[str] = []
+# Each non-daemon thread started during a test: where ("nodeid (phase)"). Weak, so a thread that
+# ended is forgotten with its object.
+_started_in: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
 
 
 def _live_non_daemon() -> list[threading.Thread]:
@@ -25,12 +33,42 @@ def _live_non_daemon() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
 
 
+def _record_new(before: set[threading.Thread], where: str) -> None:
+    for t in _live_non_daemon():
+        if t not in before and t not in _started_in:
+            _started_in[t] = where
+
+
+def _watch(item: pytest.Item, phase: str) -> Generator[None, None, None]:
+    before = set(threading.enumerate())
+    try:
+        yield
+    finally:
+        _record_new(before, f"{item.nodeid} ({phase})")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _watch(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _watch(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    return (yield from _watch(item, "teardown"))  # module and session fixtures end here too
+
+
 def _describe(threads: list[threading.Thread]) -> list[str]:
     frames = sys._current_frames()
     lines = []
     for t in threads:
+        where = _started_in.get(t, "no test (collection, session start or a plugin)")
         stack = "".join(traceback.format_stack(frames[t.ident])) if t.ident in frames else "(no frame)\n"
-        lines.append(f"non-daemon thread {t.name!r} still running at exit:\n{stack}")
+        lines.append(f"non-daemon thread {t.name!r} still running at exit, started during {where}:\n{stack}")
     return lines
 
 
