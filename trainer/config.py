@@ -6,7 +6,7 @@ is built; derived values come from functions (never from editing a config after 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +28,18 @@ KLEstimator = Literal["k1", "k2", "k3"]
 RatioLevel = Literal["token", "sequence"]
 Overlong = Literal["none", "mask", "penalty"]
 LRSchedule = Literal["constant", "cosine", "linear"]
+# The registered policy losses (`trainer.grpo.policy_losses` asserts that the two agree). A "+" name
+# composes its parts (the sequence ratio, the dual-clip bound, truncated-IS weights); each part
+# reads one key of GRPOConfig, which is then required, and refused by every other loss.
+PolicyLoss = Literal[
+    "vanilla", "dual_clip", "gspo", "tis", "dual_clip+tis", "gspo+dual_clip", "gspo+tis", "gspo+dual_clip+tis"
+]
+_PARAM_PART = {"dual_clip": "dual_clip", "tis": "tis_cap"}  # a name's part -> the key it reads
+VARIANT_PARAMS = tuple(_PARAM_PART.values())
+POLICY_LOSS_PARAMS: dict[str, tuple[str, ...]] = {
+    name: tuple(_PARAM_PART[part] for part in name.split("+") if part in _PARAM_PART)
+    for name in get_args(PolicyLoss)
+}
 
 
 # Named model sizes. `tiny` matches the reference GRPO benchmark shape (2 layers, 128 wide, 4 heads).
@@ -220,16 +232,16 @@ class GRPOConfig(Frozen):
         "loss",
         description="beta * KL in the loss, or subtracted from each completion's reward (verl use_kl_in_reward)",
     )
-    ratio_level: RatioLevel = Field(
-        "token", description="importance ratio per token (PPO/GRPO) or per sequence (GSPO: geometric mean)"
+    policy_loss: PolicyLoss = Field(
+        "vanilla",
+        description="a registered loss (trainer.grpo.policy_losses): vanilla = token ratio, PPO/DAPO clip; "
+        "dual_clip = vanilla bounded by dual_clip; gspo = sequence ratio (GSPO); tis = vanilla times "
+        "truncated importance weights (tis_cap); 'a+b' composes. Unset: named by the older keys "
+        "ratio_level (sequence: gspo), dual_clip, tis_cap",
     )
-    dual_clip: float | None = Field(
-        None, gt=1.0, description="dual-clip bound c: a negative-advantage token's loss is at most -c * A"
-    )
+    dual_clip: float | None = Field(None, gt=1.0, description="dual_clip losses: A < 0 loses at most -c * A")
     tis_cap: float | None = Field(
-        None,
-        gt=0.0,
-        description="truncated importance sampling: weight each token by min(p_trainer / p_sampler, cap)",
+        None, gt=0.0, description="tis losses: each token's weight min(p_trainer / p_sampler, cap)"
     )
     overlong: Overlong = Field(
         "none",
@@ -264,13 +276,25 @@ class GRPOConfig(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _passes_alias(cls, data: Any) -> Any:
+    def _older_keys(cls, data: Any) -> Any:
         if isinstance(data, dict) and "passes" in data:
             data = dict(data)
             passes = data.pop("passes")
             if "epochs" in data and data["epochs"] != passes:
                 raise ValueError("passes is an alias of epochs: give one of them")
             data["epochs"] = passes
+        # Before policy_loss, the variant was spelt by these keys: an older config (or run directory)
+        # without policy_loss names the loss its keys gave, so it keeps its meaning.
+        if not isinstance(data, dict) or ("ratio_level" not in data and "policy_loss" in data):
+            return data
+        data = dict(data)
+        level = data.pop("ratio_level", None)
+        if "policy_loss" in data:
+            raise ValueError("ratio_level is replaced by policy_loss (sequence: gspo); give one")
+        if level not in (None, "token", "sequence"):
+            raise ValueError(f"ratio_level {level!r} is not allowed; expected 'token' or 'sequence'")
+        given = {"gspo": level == "sequence"} | {p: data.get(k) is not None for p, k in _PARAM_PART.items()}
+        data["policy_loss"] = "+".join(part for part, on in given.items() if on) or "vanilla"
         return data
 
     @property
@@ -290,6 +314,15 @@ class GRPOConfig(Frozen):
             raise ValueError(
                 "ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false"
             )
+        used = POLICY_LOSS_PARAMS[self.policy_loss]
+        for key in VARIANT_PARAMS:
+            if key in used and getattr(self, key) is None:
+                raise ValueError(f"policy_loss={self.policy_loss!r} needs {key}")
+            if key not in used and getattr(self, key) is not None:
+                users = ", ".join(name for name, keys in POLICY_LOSS_PARAMS.items() if key in keys)
+                raise ValueError(
+                    f"{key} is read only by policy_loss {users}; policy_loss is {self.policy_loss!r}"
+                )
         return self
 
 

@@ -14,15 +14,23 @@ from trainer.grpo.loss import (
     policy_loss_terms,
     token_weights,
 )
+from trainer.grpo.policy_losses import (
+    POLICY_LOSSES,
+    PolicyLossInputs,
+    get_policy_loss,
+    register_policy_loss,
+)
 from trainer.grpo.reward_source import InlineRewards, Rewards, RewardSource, ScoreFn
 from trainer.grpo.selection import GroupSelection, RewardFailure, select_groups
 from trainer.grpo.update import UPDATE_METRICS, GRPOUpdate, UpdateContext, record_empty_update
 
 __all__ = [
+    "POLICY_LOSSES",
     "UPDATE_METRICS",
     "GRPOUpdate",
     "GroupSelection",
     "InlineRewards",
+    "PolicyLossInputs",
     "PolicyLossTerms",
     "RewardFailure",
     "RewardSource",
@@ -30,12 +38,14 @@ __all__ = [
     "ScoreFn",
     "UpdateContext",
     "aggregate_loss",
+    "get_policy_loss",
     "group_advantages",
     "k3_kl",
     "loss_denominator",
     "masked_mean",
     "policy_loss_terms",
     "record_empty_update",
+    "register_policy_loss",
     "select_groups",
     "token_weights",
     "zero_variance_groups",

@@ -1,5 +1,6 @@
 """The GRPO objective as pure functions: the ratio (token or sequence), the clipped surrogate
-(with dual-clip), the KL penalty, aggregation.
+(with dual-clip), the KL penalty, aggregation. Which of them a run uses is a registered policy loss
+(`trainer.grpo.policy_losses`), never a flag read by the update.
 
 Layout everywhere: N = G*K rows, group after group (prompt g owns rows g*K .. g*K+K-1); L is the
 completion length. Nothing here moves data to the host: every result is a tensor.
@@ -105,7 +106,8 @@ def policy_loss_terms(
     kl_estimator: KLEstimator = "k3",
     is_weights: Tensor | None = None,
 ) -> PolicyLossTerms:
-    """Per-token clipped-surrogate loss plus an optional KL penalty.
+    """Per-token clipped-surrogate loss plus an optional KL penalty: the shared maths of the policy
+    losses registered in `trainer.grpo.policy_losses`, each of which fixes these choices for itself.
 
     logprobs, old_logprobs, ref_logprobs `[N, L]` (old and ref carry no gradient); advantages `[N]`;
     mask `[N, L]` bool, the tokens that take part; is_weights `[N, L]` (no gradient): truncated

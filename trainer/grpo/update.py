@@ -6,7 +6,10 @@ the weights at the start of the step. With one mini-batch they come from the fir
 forward (detached), so no extra forward is needed and the ratio is exactly 1 at the first step;
 with several, a no-grad forward over every row precedes the first optimiser step. The sampler's own
 log-probs (KV cache, autocast) differ from them only by numerics: their gap is the
-`sampler_logprob_gap` metric, and `grpo.tis_cap` weights each token by min(exp(old - sampler), cap).
+`sampler_logprob_gap` metric, and the `tis` policy losses weight each token by min(exp(old - sampler), cap).
+
+The policy loss is the function `grpo.policy_loss` names in the registry (`trainer.grpo.policy_losses`),
+looked up once here: the update hands it every micro-batch's tensors and never asks which variant it is.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from torch import Tensor, nn
 from trainer.config import GRPOConfig
 from trainer.distributed import all_reduce_sum
 from trainer.grpo.dropout import dropout_disabled
-from trainer.grpo.loss import aggregate_loss, loss_denominator, policy_loss_terms
+from trainer.grpo.loss import aggregate_loss, loss_denominator
 from trainer.grpo.minibatch import minibatch_rows, select_rows, split_by_rollout
+from trainer.grpo.policy_losses import PolicyLossInputs, get_policy_loss
 from trainer.grpo.selection import GroupSelection
 from trainer.metrics import DeviceMetrics
 from trainer.optim import GuardedOptimizer
@@ -92,6 +96,7 @@ class GRPOUpdate:
         ref_logprobs: Sequence[Tensor] | None,
     ) -> None:
         self.ctx, self.opt, self.cfg = ctx, opt, cfg
+        self.policy_loss = get_policy_loss(cfg.policy_loss)  # the one place a variant is chosen
         self.sizes = [r.num_rows for r in rollouts]
         split = [
             getattr(selection, f).to(ctx.device).split(self.sizes)
@@ -145,17 +150,12 @@ class GRPOUpdate:
             )
         if self.old[i] is None:  # one mini-batch: the first epoch's forward gives the old log-probs
             self._record_old(i, logprobs, entropy)
-        old = _take(self.old[i], rows)
-        is_weights = None
-        if cfg.tis_cap is not None:
-            is_weights = torch.clamp(torch.exp(old - rollout.old_logprobs), max=cfg.tis_cap)
         row_weight, kl_weight = _take(part.row_weight, rows), _take(part.kl_weight, rows)
-        terms = policy_loss_terms(
-            logprobs, old, _take(part.advantages, rows), mask, cfg.clip_low, cfg.clip_high,
-            _take(part.ref, rows), cfg.beta if part.ref is not None else 0.0,
-            ratio_level=cfg.ratio_level, dual_clip=cfg.dual_clip, kl_estimator=cfg.kl_estimator,
-            is_weights=is_weights,
+        inputs = PolicyLossInputs(
+            logprobs=logprobs, old_logprobs=_take(self.old[i], rows), sampler_logprobs=rollout.old_logprobs,
+            advantages=_take(part.advantages, rows), mask=mask, ref_logprobs=_take(part.ref, rows),
         )  # fmt: skip
+        terms = self.policy_loss(inputs, cfg)
         loss = aggregate_loss(terms.pg, mask, row_weight, cfg.loss_agg, denominators[0])
         if part.ref is not None:
             loss = loss + cfg.beta * aggregate_loss(terms.kl, mask, kl_weight, cfg.loss_agg, denominators[1])
