@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from service.config import (
@@ -27,9 +27,13 @@ from service.config import (
 from service.config_sources import deep_merge, read_config_file, set_dotted
 from service.presets import DEFAULT_PRESET
 from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
+from service.run_lock import LOCK_FILE, RunDirBusy, RunLock, check_free, claim_run_dir
 from trainer.schedule import Schedule
 
 DEFAULT_RUNS_ROOT = "runs"
+RESUME_LIVE_ADVICE = "it can be resumed once that run has ended (stop it first to resume it now)"
+FRESH_LIVE_ADVICE = "choose another --run-dir / run.name, or wait for that run to end"
+WRITE_CHECK_PREFIX = ".write-check-"
 TINY_MODEL_DIR = "tiny_model"  # model.source=hf without model.path: a tiny random model is made here
 
 
@@ -57,13 +61,35 @@ def fresh_config(
 ) -> ServiceConfig:
     """A new run's resolved config; its directory must not hold another run."""
     cfg = resolve_run(load_config(preset or DEFAULT_PRESET, config_file, overrides), run_dir)
-    directory = Path(cfg.run.run_dir)
-    if directory.exists() and any(directory.iterdir()):
-        raise ConfigError(
-            f"run.run_dir: {str(directory)!r} already holds a run; pass --resume to continue it, "
-            "or choose another --run-dir / run.name"
-        )
+    check_fresh_dir(Path(cfg.run.run_dir))
     return cfg
+
+
+def check_fresh_dir(directory: Path, *, held: bool = False) -> None:
+    """ConfigError unless `directory` is missing or empty (its lock file aside): a run that is live
+    is named, and only one that has ended is sent to --resume. `held`: this process holds the
+    lock (no other run is live, and looking at the lock file would only find ourselves)."""
+    if not directory.exists() or all(_not_a_record(p.name) for p in directory.iterdir()):
+        return
+    if not held:
+        _refuse_live(directory, "run.run_dir", FRESH_LIVE_ADVICE)
+    raise ConfigError(
+        f"run.run_dir: {str(directory)!r} already holds a run; pass --resume to continue it, "
+        "or choose another --run-dir / run.name"
+    )
+
+
+def _not_a_record(name: str) -> bool:
+    """The lock file, and the probe file another driver's preflight makes and removes at once
+    (`service.preflight.relations.writable_problem`): neither says a run was here."""
+    return name == LOCK_FILE or name.startswith(WRITE_CHECK_PREFIX)
+
+
+def _refuse_live(directory: Path, key: str, advice: str) -> None:
+    try:
+        check_free(directory)
+    except RunDirBusy as busy:
+        raise ConfigError(f"{key}: {str(directory)!r} is {busy}; {advice}") from None
 
 
 def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: str | None) -> ServiceConfig:
@@ -73,6 +99,7 @@ def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: s
     the file or the overrides.
     """
     located = _locate(config_file, overrides, run_dir)
+    _refuse_live(located, "--resume", RESUME_LIVE_ADVICE)
     saved = located / CONFIG_FILE
     if not saved.is_file():
         raise ConfigError(f"--resume: {str(located)!r} holds no {CONFIG_FILE}; it is not a run directory")
@@ -117,6 +144,31 @@ def _locate(config_file: str | None, overrides: Sequence[str], run_dir: str | No
     if run.get("name"):
         return (Path(str(run.get("storage_path") or DEFAULT_RUNS_ROOT)) / str(run["name"])).resolve()
     raise ConfigError("--resume: say which run, with --run-dir DIR or --set run.name=<run id>")
+
+
+def claim_run(cfg: ServiceConfig, *, resume: bool, log: Callable[[str], None]) -> RunLock:
+    """Hold the run directory for this process (`service.run_lock`) before anything is written to
+    it, then check again under the lock what `fresh_config` / `resumed_config` checked before it:
+    a run may have started or ended meanwhile. ConfigError (nothing left behind) when refused."""
+    directory = Path(cfg.run.run_dir)
+    key, advice = ("--resume", RESUME_LIVE_ADVICE) if resume else ("run.run_dir", FRESH_LIVE_ADVICE)
+    try:
+        lock = claim_run_dir(directory, log=log)
+    except RunDirBusy as busy:
+        raise ConfigError(f"{key}: {str(directory)!r} is {busy}; {advice}") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"run.run_dir: {str(directory)!r} cannot be created ({exc.strerror or exc})"
+        ) from None
+    try:
+        if resume:
+            refuse_finished(cfg, directory)
+        else:
+            check_fresh_dir(directory, held=True)
+    except ConfigError:
+        lock.abandon()
+        raise
+    return lock
 
 
 def prepare_run_dir(cfg: ServiceConfig) -> Path:

@@ -12,7 +12,11 @@ machine-readable record the client reads. Either way Ray's own chatter is filter
 `--verbose` asks for it.
 
 Exit status: 0 succeeded or stopped, 1 failed (summary.json says why), 2 bad config or
-command line (one line on stderr, no traceback).
+command line, or a run directory held by a live run (one line on stderr, no traceback).
+
+A run directory has one writer: the driver holds its lock file (`service.run_lock`) from before
+it writes anything until it exits, so a second start (or `--resume`) there is refused, naming the
+live run; the lock of a run that was killed is taken over with a line saying whose it was.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from service.loggers import missing_extras
 from service.model_checks import check_hf_model, prepare_model, run_prompts
 from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
-from service.run_dir import fresh_config, prepare_run_dir, resumed_config
+from service.run_dir import claim_run, fresh_config, prepare_run_dir, resumed_config
 from service.tasks import Task, build_task
 from trainer.data.pairs import Pair
 
@@ -102,14 +106,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # e.g. Ray Train's own dependencies missing: say which, in one line
         print(f"cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
-    try:
-        run_dir = prepare_run_dir(cfg)
+    try:  # before anything is written to the directory: one writer per run directory
+        lock = claim_run(cfg, resume=args.resume, log=console.warning)
     except ConfigError as exc:
         return _bad_config(exc)
-    cfg = cfg.model_copy(update={"pool": pool})  # chunks fitted to the reward's measured cost
-    console.header(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}")
-    console.detail("[train] resolved config:\n" + config_to_yaml(cfg).rstrip())
-    return RunDriver(cfg, task, eval_set, train_pairs, console).run()
+    with lock:  # held until the driver has written its summary and let Ray go, however it ends
+        try:
+            prepare_policy(cfg, task, eval_set, train_pairs, console.header)
+            run_dir = prepare_run_dir(cfg)
+        except (ConfigError, ValueError) as exc:
+            lock.abandon()  # a fresh directory made by the claim goes too
+            return _bad_config(exc)
+        cfg = cfg.model_copy(update={"pool": pool})  # chunks fitted to the reward's measured cost
+        console.header(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}")
+        console.detail("[train] resolved config:\n" + config_to_yaml(cfg).rstrip())
+        return RunDriver(cfg, task, eval_set, train_pairs, console).run()
 
 
 def preflight(
@@ -118,17 +129,29 @@ def preflight(
     """Everything that can refuse the run before anything starts (`service.preflight`): data problems
     (a ply range with too few held-out positions, an unreadable file, a bad row or one that cannot
     tokenize or fit, a reward that needs a field the rows lack), a logger without its package,
-    config relations, and the rewards tried on the run's data. Raises ConfigError (one line)."""
+    config relations, and the rewards tried on the run's data. Raises ConfigError (one line).
+    It writes nothing: the run directory is not claimed yet (`prepare_policy` comes after)."""
     if problems := missing_extras(cfg.logging):
         raise ConfigError(problems[0])
     task = build_task(cfg)
     eval_set = held_out_eval_pairs(task, cfg)
     train_pairs = task.training_pairs(log)
     pool = check_run(cfg, task, eval_set, train_pairs, driver=True, log=log)
-    if cfg.model.source == "hf":  # the model and its tokenizer checked before anything starts
+    return task, eval_set, train_pairs, pool
+
+
+def prepare_policy(
+    cfg: ServiceConfig,
+    task: Task,
+    eval_set: list[Pair],
+    train_pairs: list[Pair] | None,
+    log: Callable[[str], None],
+) -> None:
+    """An hf run's model (made in the claimed run directory when it is the tiny one) and its
+    tokenizer, checked before anything starts; nothing for a builtin run. Raises ConfigError."""
+    if cfg.model.source == "hf":
         prepare_model(cfg, log)
         check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
-    return task, eval_set, train_pairs, pool
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:
