@@ -7,7 +7,9 @@
 
 `fit()` runs in a background thread; the main thread drains the control actor's events into
 the run directory and the job log, and turns SIGTERM (what `ray job stop` sends) or Ctrl-C into
-a stop request: the workers finish the current step, checkpoint and return.
+a stop request: the workers finish the current step, checkpoint and return. With
+`run.backend: local` that thread runs the one rank's loop itself (`actors.run.LocalRun`): the
+same control actor, reward pool, records and console, without Ray Train's start-up.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ import ray
 
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
-from actors.run.loop import LoopSpec, train_loop_per_worker
+from actors.run.loop import LoopSpec
 from actors.run.threads import wait_policy_env
-from service.config import ServiceConfig, prompt_format, trainer_config
+from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
 from service.preflight.relations import cpus_needed
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
+from service.run_backend import local_checkpoints_problem, local_run
 from service.run_files import CHECKPOINT_DIR
 from service.tasks import Task
 from trainer.checkpoint import CheckpointWriteError, write_failure_message
@@ -113,9 +116,22 @@ def _warn_if_short(cfg: ServiceConfig, console: Console) -> None:
         console.warning(f"the run asks for {asked}; the cluster has {has} now (waiting for more)")
 
 
+def build_run(cfg: ServiceConfig, spec: LoopSpec, control: Any, console: Console) -> Any:
+    """What the run's thread calls `fit()` on: Ray Train's TorchTrainer, or with `run.backend: local`
+    the loop in this process (`service.run_backend`: no Ray Train controller or worker actors)."""
+    root = checkpoint_root(cfg)
+    if cfg.run.backend == "local":
+        return local_run(cfg, spec, control, console, root)
+    if problem := local_checkpoints_problem(root):
+        raise ConfigError(problem)
+    return build_trainer(cfg, spec, control)
+
+
 def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
+
+    from actors.run.ray_context import train_loop_per_worker
 
     resources = {"CPU": cfg.scaling.cpus_per_worker, **cfg.scaling.resources_per_worker}
     if cfg.scaling.use_gpu:
@@ -260,7 +276,7 @@ class RunDriver:
             torch_threads=self.cfg.scaling.torch_threads,
             sampling_threads=self.cfg.scaling.sampling_threads,
         )
-        trainer = build_trainer(self.cfg, spec, control)
+        trainer = build_run(self.cfg, spec, control, self.console)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)
         thread.start()
         stop_sent = False

@@ -1,10 +1,12 @@
-"""The per-worker Ray Train loop: SFT warm start, then GRPO with the shared reward pool.
+"""One rank's run: SFT warm start, then GRPO with the shared reward pool, over a run context.
 
-One call of `train_loop_per_worker` per Ray Train worker (one DDP rank). Ray Train has set up
-torch.distributed (gloo on CPU, NCCL on GPU); `trainer.engine.Trainer` wraps DDP itself and
-takes this rank's share of each step's pairs. Every rank samples K completions for its share,
-sends them to the shared reward pool as each micro-batch finishes and takes the rewards back
-through the object store; then the ranks make one DDP update.
+The loop talks to its run context (`actors.run.context`) for its rank, world and device, its
+reports (a barrier across the ranks) and its checkpoints: under Ray Train one loop runs per
+worker (one DDP rank; `actors.run.ray_context`), with `run.backend: local` the one loop runs in
+the driver process (`LocalRun`). `trainer.engine.Trainer` wraps DDP itself and takes this rank's
+share of each step's pairs. Every rank samples K completions for its share, sends them to the
+shared reward pool as each micro-batch finishes and takes the rewards back through the object
+store; then the ranks make one DDP update.
 
 Per global step s (one counter over SFT and GRPO; `trainer.schedule` says what is due when):
     train -> rank 0 publishes the step record -> held-out eval when due (rank 0)
@@ -14,35 +16,24 @@ A checkpoint at step s therefore covers every record up to s.
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
-import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import ray
-import ray.train
-import ray.train.torch
 import torch
 
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from actors.run.checkpoints import CheckpointWriter, load_verified
+from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, TRAIN_POLL_ENV
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
-from trainer.checkpoint import (
-    CheckpointWriteError,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    step_dir_name,
-    write_failure_message,
-)
+from trainer.checkpoint import step_dir_name
 from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
@@ -52,8 +43,6 @@ from trainer.policy import CharTokenizer, PromptFormat, build_policy
 from trainer.rng import derived_seed
 from trainer.schedule import Schedule
 from trainer.task import TrainingTask
-
-log = logging.getLogger(__name__)
 
 CONTROL_TIMEOUT_S = 60.0
 
@@ -69,7 +58,7 @@ class LoopSpec:
     eval_pairs: list[Pair]
     eval_samples: int = 3
     train_pairs: Any = None  # ray.ObjectRef of list[Pair] for file sources; None: the task generates them
-    checkpoint_dir: str | None = None  # where Ray Train persists checkpoints (checked after each one)
+    checkpoint_dir: str | None = None  # where the context keeps checkpoints (checked after each one)
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
     sampling_threads: int | str | None = None  # None: the rule; "auto": timed (`actors.run.threads`)
@@ -89,21 +78,47 @@ def runtime_settings(trainer: Trainer) -> dict[str, Any]:
     }
 
 
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train entry point; config = {"spec": LoopSpec, "control": RunControl actor handle}."""
-    WorkerLoop(config["spec"], config["control"]).run()
+class LoopFailed(RuntimeError):
+    """The in-process loop raised. Shaped like Ray Train's TrainingFailedError (`worker_failures`:
+    {rank: exception}), so the driver words a failure the same way whichever backend ran the loop."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"worker 0: {type(error).__name__}: {error}")
+        self.worker_failures = {0: error}
+
+    def __reduce__(self):  # rebuilt from the error, not from the message made of it
+        return type(self), (self.worker_failures[0],)
+
+
+class LocalRun:
+    """The loop in this process (`run.backend: local`); `fit()` as TorchTrainer's, without Ray Train.
+
+    make_context is called in `fit()`, so that a context that cannot be made (no CUDA device)
+    fails the run the way a worker that cannot start does.
+    """
+
+    def __init__(self, spec: LoopSpec, control: Any, make_context: Callable[[], RunContext]):
+        self.spec = spec
+        self.control = control
+        self.make_context = make_context
+
+    def fit(self) -> None:
+        try:
+            WorkerLoop(self.spec, self.control, self.make_context()).run()
+        except Exception as exc:
+            raise LoopFailed(exc) from exc
 
 
 class WorkerLoop:
     """One rank's run: restore, step, evaluate, checkpoint, stop."""
 
-    def __init__(self, spec: LoopSpec, control: Any):
+    def __init__(self, spec: LoopSpec, control: Any, context: RunContext):
         self.spec = spec
         self.control = control
-        context = ray.train.get_context()
-        self.rank, self.world = context.get_world_rank(), context.get_world_size()
-        self.device = ray.train.torch.get_device()
-        threads = apply_threads(spec.torch_threads, context.get_local_world_size())
+        self.context = context
+        self.rank, self.world = context.rank, context.world_size
+        self.device = context.device
+        threads = apply_threads(spec.torch_threads, context.local_world_size)
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
@@ -115,8 +130,8 @@ class WorkerLoop:
         self._pool: RewardPool | None = None
         self._placed: PlacedRewards | None = None
         self._last_checkpoint = -1
-        self._last_good: str | None = None  # the newest checkpoint known to be on the storage
-        self._registered_through = 0  # Ray Train already lists checkpoints named up to this step
+        self._writer = CheckpointWriter(context, spec.checkpoint_dir)
+        self._registered_through = 0  # the context already lists checkpoints named up to this step
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -192,11 +207,8 @@ class WorkerLoop:
         return self._placed
 
     def _say(self, line: str) -> None:
-        # Written to the stream, not print()ed: Ray Train patches print() in its workers to log
-        # the line as well as print it, so the driver showed every such line twice.
         if self.rank == 0:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            self.context.say(line)
 
     def _source(self):
         pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)
@@ -239,53 +251,20 @@ class WorkerLoop:
         return bool(reduce_on(torch.tensor([flag]), self.device)[0] > 0)
 
     def checkpoint(self, step: int) -> None:
-        """Rank 0 writes the trainer state; Ray Train persists it as `<storage>/step_<step>`."""
-        # After a fall-back past a bad checkpoint Ray Train still lists it: saving that name again
-        # would give it two entries for one directory, and pruning one deletes the other's files.
+        """Rank 0 writes the trainer state; the context keeps it as `<checkpoint root>/step_<step>`."""
+        # After a fall-back past a bad checkpoint the context still lists it: saving that name again
+        # would give Ray Train two entries for one directory, and pruning one deletes the other's files.
         if step == self._last_checkpoint or step <= self._registered_through:
             return
         self._last_checkpoint = step
         metrics = {"step": step}
         if self.rank != 0:
-            ray.train.report(metrics)  # every rank reports: it is a barrier
+            self.context.report(metrics)  # every rank reports: it is a barrier
             return
         self._wait_recorded(step)
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
-        staging = None
-        try:
-            staging = Path(tempfile.mkdtemp(prefix="grpo-ckpt-"))
-            path = save_checkpoint(staging, step, self.trainer.state_dict(), extra, keep_last=1)
-            ray.train.report(
-                metrics,
-                checkpoint=ray.train.Checkpoint.from_directory(str(path)),
-                checkpoint_dir_name=step_dir_name(step),
-            )
-            self._check_persisted(step)
-        except CheckpointWriteError:
-            raise
-        except Exception as exc:  # the storage failed: say so and stop (see README, "What survives what")
-            # Ray may wrap the OS error, or only find its storage marker gone: then ask the OS directly.
-            cause = _os_error_in(exc)
-            why = f"{type(cause).__name__}: {cause}" if cause else _storage_problem(self.spec.checkpoint_dir)
-            what = " ".join((why or f"{type(exc).__name__}: {exc}").split())[:600]  # one line
-            raise CheckpointWriteError(self._write_failure(step, what)) from exc
-        finally:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-        self._last_good = step_dir_name(step)
+        self._writer.write(step, self.trainer.state_dict(), extra, metrics)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
-
-    def _check_persisted(self, step: int) -> None:
-        """A checkpoint Ray Train accepted must be on the storage, whole: never silently missing."""
-        if self.spec.checkpoint_dir is None:
-            return
-        manifest = Path(self.spec.checkpoint_dir) / step_dir_name(step) / "manifest.json"
-        if not manifest.is_file():
-            raise CheckpointWriteError(self._write_failure(step, f"{manifest} is missing after the write"))
-
-    def _write_failure(self, step: int, why: str) -> str:
-        where = self.spec.checkpoint_dir or "Ray Train's storage"
-        return write_failure_message(f"checkpoint {step_dir_name(step)}", where, why, self._last_good)
 
     def _wait_recorded(self, step: int) -> None:
         """Until the driver has written every record published so far: a checkpoint then never
@@ -299,57 +278,13 @@ class WorkerLoop:
             time.sleep(0.02)
 
     def restore(self) -> int:
-        """Load Ray Train's latest checkpoint, if any; returns its step (0 when starting afresh)."""
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
+        """Load the context's latest checkpoint, if any; returns its step (0 when starting afresh)."""
+        found = self.context.latest_checkpoint()
+        if found is None:
             return 0
-        with checkpoint.as_directory() as directory:
-            state, extra = load_verified(Path(directory))
+        state, extra = load_verified(found.path)
         self.trainer.load_state_dict(state)
         self._last_checkpoint = int(extra["step"])
-        self._last_good = step_dir_name(self._last_checkpoint)
-        self._registered_through = int(Path(checkpoint.path).name.removeprefix("step_"))
+        self._writer.last_good = step_dir_name(self._last_checkpoint)
+        self._registered_through = int(found.name.removeprefix("step_"))
         return int(extra["step"])
-
-
-def _storage_problem(directory: str | None) -> str | None:
-    """What the OS answers when a file is created in `directory` (None: it can be, or no directory)."""
-    if directory is None:
-        return None
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
-            pass
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _os_error_in(exc: BaseException) -> OSError | None:
-    """The innermost OSError in an exception's chain of causes, if any (disk full, permission, ...)."""
-    found, seen = None, set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError):
-            found = exc
-        exc = exc.__cause__ or exc.__context__
-    return found
-
-
-def load_verified(path: Path) -> tuple[dict, dict]:
-    """(trainer_state, extra) of a checkpoint directory, falling back to older `step_*` siblings
-    when it does not match its manifest (a copy cut short, a corrupt file)."""
-    try:
-        return load_checkpoint(path)
-    except Exception as exc:
-        log.warning(
-            "checkpoint %s cannot be loaded (%s: %s); trying older ones", path, type(exc).__name__, exc
-        )
-        failure = exc
-    for _, older in list_checkpoints(path.parent):
-        if older.name >= path.name:
-            continue
-        try:
-            return load_checkpoint(older)
-        except Exception as exc:  # keep looking further back
-            log.warning("checkpoint %s cannot be loaded either (%s)", older, exc)
-    raise RuntimeError(f"no loadable checkpoint at or before {path}: {failure}") from failure

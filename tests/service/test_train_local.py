@@ -1,0 +1,155 @@
+"""`run.backend: local`: the one rank's loop in the driver process, no Ray Train.
+
+The whole smoke run with each backend, same seed, gives the same records (only timings differ);
+a local run continues from its own checkpoint with `--resume`; a failing local loop ends the run
+`failed` with the worker's reason, as under Ray Train. The config refuses a local run of more
+than one rank, and Ray Train refuses checkpoints only a local run can continue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.config import ConfigError, load_config
+from service.run_files import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+SAME = 1e-9  # float rounding: both backends run the same arithmetic in the same order
+
+
+def _train(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always the embedded Ray
+    began = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", *args],
+        cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return result, time.monotonic() - began
+
+
+def _smoke(run_dir: Path, backend: str, *more: str) -> Path:
+    result, wall = _train(
+        "--preset", "smoke", "--run-dir", str(run_dir), "--set", f"run.backend={backend}", *more
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    print(f"smoke run, run.backend={backend}: {wall:.1f}s wall")
+    return run_dir
+
+
+def _timing(key: str) -> bool:
+    """Fields that measure time, or choose by a measured time (the reward placement), not results."""
+    return key == "time" or key.endswith("_s") or key.startswith("scorer_placement")
+
+
+def _differences(ours: Any, theirs: Any, where: str) -> list[str]:
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        keys = {k for k in ours.keys() | theirs.keys() if not _timing(k)}
+        return [d for k in sorted(keys) for d in _differences(ours.get(k), theirs.get(k), f"{where}.{k}")]
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        return [
+            d
+            for i, pair in enumerate(zip(ours, theirs, strict=True))
+            for d in _differences(*pair, f"{where}[{i}]")
+        ]
+    numbers = (int, float)
+    if isinstance(ours, numbers) and isinstance(theirs, numbers) and not isinstance(ours, bool):
+        same = math.isclose(ours, theirs, rel_tol=SAME, abs_tol=SAME)
+    else:
+        same = ours == theirs
+    return [] if same else [f"{where}: {ours!r} != {theirs!r}"]
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("backends")
+    return {backend: _smoke(root / backend, backend) for backend in ("local", "ray_train")}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_local_and_ray_train_runs_give_the_same_records(smoke_runs):
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        local, ray_train = (read_jsonl(smoke_runs[b] / name) for b in ("local", "ray_train"))
+        assert [r["step"] for r in local] == [r["step"] for r in ray_train] and local
+        assert _differences(local, ray_train, name) == []
+    summaries = {b: json.loads((smoke_runs[b] / "summary.json").read_text()) for b in smoke_runs}
+    assert summaries["local"]["status"] == summaries["ray_train"]["status"] == "succeeded"
+    assert summaries["local"]["last_checkpoint"] == summaries["ray_train"]["last_checkpoint"]
+    local_root, ray_root = (smoke_runs[b] / "checkpoints" for b in ("local", "ray_train"))
+    assert sorted(p.name for p in local_root.glob("step_*")) == sorted(
+        p.name for p in ray_root.glob("step_*")
+    )
+    assert not list(local_root.glob(".*"))  # no temporary copy left, and no Ray Train files
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_local_run_resumes_from_its_checkpoint_with_more_steps(smoke_runs, tmp_path):
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(smoke_runs["local"], run_dir)
+    done = json.loads((run_dir / "summary.json").read_text())["steps"]
+    grpo = load_config("smoke").grpo.steps
+    result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={grpo + 2}")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert f"resuming from the checkpoint of step {done}" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["resumed_from"] == done
+    assert summary["steps"] == done + 2 and summary["last_checkpoint"] == f"step_{done + 2:06d}"
+    assert [row["step"] for row in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, done + 3))
+    keep = load_config("smoke").checkpoint.keep_last
+    steps = sorted(int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*"))
+    assert steps[-1] == done + 2 and len(steps) <= keep
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_failing_local_loop_ends_the_run_failed_with_its_reason(tmp_path):
+    run_dir = tmp_path / "failed"
+    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:raises_unless_exact'}]"
+    result, _ = _train(
+        "--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.backend=local", "--set", reward
+    )
+    assert result.returncode == 1, (result.stdout + result.stderr)[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == load_config("smoke").sft.steps
+    assert "pool.error_rate_threshold" in summary["error"] and "\n" not in summary["error"]
+
+
+def test_a_local_run_has_one_rank():
+    with pytest.raises(ConfigError) as caught:
+        load_config("smoke", overrides=["run.backend=local", "scaling.num_workers=2"])
+    assert str(caught.value).startswith("run.backend: 'local'") and "scaling.num_workers=1" in str(
+        caught.value
+    )
+    with pytest.raises(ConfigError, match="run.backend: 'threads' is not allowed; expected one of"):
+        load_config("smoke", overrides=["run.backend=threads"])
+    assert load_config("smoke").run.backend == "ray_train"
+
+
+def test_a_local_loop_failure_is_worded_as_a_ray_train_worker_failure():
+    from actors.run.loop import LoopFailed
+    from service.driver import failure_reason
+
+    assert failure_reason(LoopFailed(ValueError("first\nlast  line"))) == "worker 0: ValueError: last line"
+
+
+def test_ray_train_refuses_checkpoints_only_a_local_run_can_continue(tmp_path):
+    from service.run_backend import RAY_TRAIN_MARKER, local_checkpoints_problem
+
+    root = tmp_path / "checkpoints"
+    assert local_checkpoints_problem(root) is None  # a fresh run
+    (root / "step_000004").mkdir(parents=True)
+    problem = local_checkpoints_problem(root)
+    assert problem.startswith("run.backend: 'ray_train' cannot continue") and "run.backend=local" in problem
+    (root / RAY_TRAIN_MARKER).write_text("")  # Ray Train ran here: it resumes from what it registered
+    assert local_checkpoints_problem(root) is None
