@@ -32,6 +32,7 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
         "model.block_size=32",
         "sampling.max_new_tokens=6",
         "grpo.eval_k=2",
+        "run.backend=local",  # the loop in process: the same records without Ray Train's start-up
     ]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     result = subprocess.run(
