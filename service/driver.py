@@ -27,7 +27,7 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec
-from actors.run.threads import wait_policy_env
+from actors.run.omp_env import wait_policy_env
 from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers

@@ -18,19 +18,7 @@ import torch
 if TYPE_CHECKING:
     from trainer.engine import Trainer
 
-WAIT_POLICY_ENV: dict[str, dict[str, str]] = {
-    "passive": {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"},  # GNU and Intel OpenMP
-    "active": {"OMP_WAIT_POLICY": "ACTIVE"},
-    "inherit": {},
-}
 RECORDED_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT")
-
-
-def wait_policy_env(policy: str) -> dict[str, str]:
-    """The environment variables that give OpenMP `policy` ('passive', 'active' or 'inherit')."""
-    if policy not in WAIT_POLICY_ENV:
-        raise ValueError(f"omp_wait_policy must be one of {sorted(WAIT_POLICY_ENV)}, got {policy!r}")
-    return dict(WAIT_POLICY_ENV[policy])
 
 
 def usable_cores() -> int:

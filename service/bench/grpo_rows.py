@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.run.threads import default_threads, wait_policy_env
+from actors.run.omp_env import wait_policy_env
+from actors.run.threads import default_threads
 from service.config import ScalingConfig
 from service.presets import PRESETS
 from trainer.compile import compile_unsupported_reason

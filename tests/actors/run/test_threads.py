@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from actors.run.omp_env import wait_policy_env
 from actors.run.threads import (
     SMALL_DECODE_FLOP,
     apply_threads,
@@ -11,7 +12,6 @@ from actors.run.threads import (
     default_threads,
     thread_candidates,
     usable_cores,
-    wait_policy_env,
 )
 from service.config import ScalingConfig
 from trainer.config import TrainerConfig
