@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run in --run-dir (or run.name) from its latest checkpoint",
     )
+    parser.add_argument(
+        "--help-config", metavar="SECTION",
+        help="print every key of one config section (type, default, presets, description) and exit",
+    )  # fmt: skip
     talk = parser.add_mutually_exclusive_group()
     talk.add_argument("--quiet", "-q", action="store_true", help="only warnings and the summary")
     talk.add_argument(
@@ -69,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="every step, evaluation samples, checkpoints, the resolved config and Ray's own logs",
     )  # fmt: skip
     return parser
+
+
+def _help_config(section: str) -> int:
+    from service.config_reference import render_section
+
+    try:
+        print(render_section(section))
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    return 0
 
 
 def verbosity_of(args: argparse.Namespace) -> Verbosity:
@@ -92,6 +107,8 @@ def _bad_config(exc: Exception) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.help_config is not None:
+        return _help_config(args.help_config)
     try:
         cfg = resolve(args)
     except ConfigError as exc:
