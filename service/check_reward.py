@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
+from actors.pool.failure_policy import BatchCounts, expected_dropped_share
 from service.config import ConfigError, ServiceConfig, load_config
 from service.preflight import reward_problem
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
@@ -72,6 +73,13 @@ def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
         f"statuses:     {statuses or 'none'}",
     ]
     lines += [f"  error x{count}: {reason[:120]}" for reason, count in trial.errors.most_common(3)]
+    counts = BatchCounts.of_statuses(trial.statuses.elements())
+    k = cfg.sampling.group_size
+    lines.append(
+        f"failed:       {counts.failed} of {counts.items} items = {counts.rate:.1%} (a step fails the run above "
+        f"pool.error_rate_threshold={cfg.pool.error_rate_threshold:g}); about "
+        f"{expected_dropped_share(counts, k):.0%} of a step's groups of {k} would be dropped"
+    )
     lines.append(
         f"determinism:  {trial.differing} of {trial.scored} items scored differently the second time"
         + (" (NOT deterministic)" if trial.differing else "")
@@ -97,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2
     )
     print("\n".join(report(cfg, trial, args.n)), flush=True)
-    problem = reward_problem(trial, item_deadline_s(cfg.pool))
+    problem = reward_problem(trial, item_deadline_s(cfg.pool), cfg.pool.error_rate_threshold)
     if problem:
         print(f"verdict:      refused: {problem}", flush=True)
         return 2

@@ -223,6 +223,7 @@ class RunDriver:
             Schedule.of(trainer_config(cfg)),
             self.console,
             sinks=[self.loggers],
+            limits=cfg.pool,
         )
         self.signals = StopSignals()
         self._error: BaseException | None = None
@@ -290,6 +291,8 @@ class RunDriver:
         self._drain(control)
         if self._error is not None:
             return "failed", self.recorder.error or self._failure_reason(self._error)
+        if self.recorder.error:  # the workers ended the run by a rule (the reward error rate) and returned
+            return "failed", self.recorder.error
         if self.recorder.last_step >= self.recorder.total_steps:
             return "succeeded", None
         return ("stopped", None) if stop_sent else ("failed", "the workers returned before the last step")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from actors.pool.failure_policy import RunTotals, run_warnings
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
 from service.console import Console, PlainConsole
 from service.progress import eval_progress, pool_totals, step_progress
@@ -36,6 +37,13 @@ EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean"
 # Kept too when the evaluation sampled k completions per prompt (grpo.eval_k).
 SAMPLED_SUMMARY_KEYS = ("k", "pass_at_1", "pass_at_k", "mean_at_k")
 ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
+
+
+class RunLimits(Protocol):
+    """The shares past which a finished run carries warnings (`PoolConfig` has them)."""
+
+    max_dropped_share: float
+    max_reward_wait_share: float
 
 
 class RecordSink(Protocol):
@@ -80,6 +88,7 @@ class RunRecorder:
         out: TextIO | None = None,
         sinks: Sequence[RecordSink] = (),
         pool_health: Callable[[], dict[str, Any]] | None = None,
+        limits: RunLimits | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.run_id = run_id
@@ -88,6 +97,7 @@ class RunRecorder:
         self.console: Console = console if console is not None else PlainConsole(out)
         self.sinks = list(sinks)
         self.pool_health = pool_health
+        self.limits = limits  # None: the pool's defaults
         self.metrics = JsonlLog(self.run_dir / METRICS_FILE)
         self.evals = JsonlLog(self.run_dir / EVAL_FILE)
         self.started = time.time()
@@ -170,7 +180,12 @@ class RunRecorder:
         before, self._workers_alive = self._workers_alive, alive
         if alive == before or (before is None and alive == total):
             return
-        if alive < total:
+        if alive == 0:
+            self.warn(
+                f"[pool] none of the {total:.0f} reward workers takes work at step {record['step']}: "
+                "their chunks wait for one to come back (pool.restart_timeout_s)"
+            )
+        elif alive < total:
             self.warn(
                 f"[pool] {alive:.0f} of {total:.0f} reward workers take work at step {record['step']}: "
                 "the run goes on with fewer (their chunks went to the others)"
@@ -223,6 +238,7 @@ class RunRecorder:
             "last_checkpoint": self.last_checkpoint,
             "run_dir": str(self.run_dir),
             **dropped_groups(self.metrics.rows()),
+            "warnings": self.warnings() if status != "failed" else [],
         }
         if final and grpo_start and final is not grpo_start:
             summary["gain"] = {
@@ -231,6 +247,19 @@ class RunRecorder:
                 if isinstance(final.get(k), int | float) and isinstance(grpo_start.get(k), int | float)
             }
         return summary
+
+    def warnings(self) -> list[str]:
+        """What the run's records say beside `succeeded` (`failure_policy.run_warnings`)."""
+        limits = self.limits
+        if limits is None:
+            from actors.pool.config import PoolConfig
+
+            limits = PoolConfig()
+        return run_warnings(
+            RunTotals.of_records(self.metrics.rows()),
+            max_dropped_share=limits.max_dropped_share,
+            max_reward_wait_share=limits.max_reward_wait_share,
+        )
 
     def finish(
         self, status: str, error: str | None = None, reports: Callable[[], list[str]] | None = None

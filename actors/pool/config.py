@@ -69,7 +69,22 @@ class PoolConfig(Frozen):
         0.25,
         ge=0.0,
         le=1.0,
-        description="collect fails when more than this fraction of a step errored or timed out",
+        description="a GRPO step (and check_reward's and the preflight's sample) fails the run when more "
+        "than this fraction of its rewards errored (raised, NaN) or timed out",
+    )
+    max_dropped_share: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="a run whose failed or skipped rewards dropped more than this fraction of its GRPO "
+        "groups ends with a warning in its summary (it still succeeds)",
+    )
+    max_reward_wait_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="a run whose GRPO steps spent more than this fraction of their time waiting for "
+        "rewards ends with a warning in its summary (it still succeeds)",
     )
     collect_timeout_s: float = Field(600.0, gt=0.0, description="longest a collect waits before failing")
     start_timeout_s: float = Field(120.0, gt=0.0, description="longest the workers may take to start")

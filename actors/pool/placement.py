@@ -27,7 +27,7 @@ from typing import Any
 
 from actors.pool.codec import encode
 from actors.pool.daemon_threads import DaemonThreads
-from actors.pool.reward_pool import RewardPool, check_error_rate
+from actors.pool.reward_pool import RewardPool, check_error_rate, failure_reasons
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
 from trainer.grpo.reward_source import Rewards
@@ -58,6 +58,8 @@ class PlacedRewards:
         self._probed: dict[str, list[float]] = {"inline": [], "pool": []}
         self._pinned = False
         self._spent = 0.0  # seconds of this step's critical path in submit/collect
+        self._inline_reasons: list[str] = []  # reasons of failed items scored in process this step
+        self.failure_reasons: list[str] = []  # up to three reasons of the last collect's failed items
         self.decisions: list[dict[str, Any]] = []
 
     def submit(self, completions: list[str], targets: list[Any], *, fields: list[Any] | None = None) -> Any:
@@ -85,7 +87,9 @@ class PlacedRewards:
             "reward_errors": float(statuses.count(ERROR)),
             "reward_timeouts": float(statuses.count(TIMEOUT)),
         }
-        if results:  # the pool's guard: too many errors fail the step, inline as on the pool
+        if stats["reward_errors"] or stats["reward_timeouts"]:
+            self._inline_reasons += failure_reasons([encode(results)])
+        if results and self.pool.enforce_error_rate:  # the pool's guard, inline as on the pool
             check_error_rate([encode(results)], stats, self.pool.cfg.error_rate_threshold)
         return Rewards([r.total for r in results], [s in USABLE_STATUSES for s in statuses], statuses, stats)
 
@@ -94,6 +98,8 @@ class PlacedRewards:
         began = time.perf_counter()
         on_pool = [t for t in tickets if isinstance(t, Ticket)]
         pooled = self.pool.collect(on_pool, timeout_s) if on_pool else None
+        reasons = self._inline_reasons + (self.pool.failure_reasons if on_pool else [])
+        self.failure_reasons, self._inline_reasons = list(dict.fromkeys(reasons))[:3], []
         parts, offset = [], 0
         for t in tickets:
             if isinstance(t, Ticket):

@@ -28,6 +28,7 @@ from actors.pool.codec import EncodedResults, count_status, decode
 from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
 from actors.pool.errors import RewardCollectTimeout, RewardErrorRateExceeded, RewardPoolUnavailable
+from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from actors.pool.metrics import PoolMetrics
 from actors.pool.node_resources import describe_placement
 from actors.pool.work import Chunk, Ticket, plan_chunks
@@ -44,10 +45,23 @@ _INLINE_PAYLOAD_BYTES = 96 * 1024
 class RewardPool:
     """Scores completions on Ray actors; implements `trainer.grpo.reward_source.RewardSource`."""
 
-    def __init__(self, handles: Sequence[Any], cfg: PoolConfig, *, run_id: str, owns_workers: bool):
-        """Wrap existing worker actor handles; prefer `create` or `attach`."""
+    def __init__(
+        self,
+        handles: Sequence[Any],
+        cfg: PoolConfig,
+        *,
+        run_id: str,
+        owns_workers: bool,
+        enforce_error_rate: bool = True,
+    ):
+        """Wrap existing worker actor handles; prefer `create` or `attach`.
+
+        enforce_error_rate=False: a collect past `error_rate_threshold` returns its rewards (the
+        caller applies `failure_policy` itself, as the run loop does over every rank's items)."""
         self.cfg = cfg
         self.run_id = run_id
+        self.enforce_error_rate = enforce_error_rate
+        self.failure_reasons: list[str] = []  # up to three reasons of the last collect's failed items
         self._pool_id = next(_pool_ids)
         self._owns_workers = owns_workers
         self._restarts_reported = 0
@@ -111,7 +125,11 @@ class RewardPool:
 
     @classmethod
     def attach(
-        cls, pool: PoolConfig | Mapping[str, Any] | None = None, *, run_id: str = "default"
+        cls,
+        pool: PoolConfig | Mapping[str, Any] | None = None,
+        *,
+        run_id: str = "default",
+        enforce_error_rate: bool = True,
     ) -> RewardPool:
         """A pool client over workers that another process created with the same config.
 
@@ -128,7 +146,7 @@ class RewardPool:
                 raise RewardPoolUnavailable(
                     f"no reward worker named {worker_name(cfg, i)!r} (namespace {cfg.namespace!r}): {exc}"
                 ) from exc
-        pool_obj = cls(handles, cfg, run_id=run_id, owns_workers=False)
+        pool_obj = cls(handles, cfg, run_id=run_id, owns_workers=False, enforce_error_rate=enforce_error_rate)
         pool_obj._wait_started()
         return pool_obj
 
@@ -234,7 +252,11 @@ class RewardPool:
             )
         blocks = [b for t in tickets for b in t.blocks()]
         stats = self._stats(tickets, blocks, waited)
-        check_error_rate(blocks, stats, self.cfg.error_rate_threshold)
+        self.failure_reasons = (
+            failure_reasons(blocks) if stats["reward_errors"] or stats["reward_timeouts"] else []
+        )
+        if self.enforce_error_rate:
+            check_error_rate(blocks, stats, self.cfg.error_rate_threshold)
         return blocks, stats
 
     def _stats(self, tickets: list[Ticket], blocks: list[EncodedResults], waited: float) -> dict[str, float]:
@@ -347,25 +369,24 @@ def _pickles_small(payload: Any) -> bool:
         return False
 
 
-def check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
-    """Raises RewardErrorRateExceeded when errors and timeouts exceed `threshold` of the items so far,
-    naming up to three distinct reasons (the pool's and an inline placement's rule alike)."""
-    items = stats["reward_items"]
-    failed = stats["reward_errors"] + stats["reward_timeouts"]
-    if not items or failed / items <= threshold:
-        return
+def failure_reasons(blocks: list[EncodedResults], most: int = 3) -> list[str]:
+    """Up to `most` distinct reasons of the errored or timed-out items, in item order."""
     reasons: list[str] = []
     for block in blocks:
         for i, reason in block.reasons.items():
             if block.status_names[block.status_codes[i]] in (ERROR, TIMEOUT) and reason not in reasons:
                 reasons.append(reason)
-        if len(reasons) >= 3:
+        if len(reasons) >= most:
             break
-    raise RewardErrorRateExceeded(
-        f"{failed:.0f} of {items:.0f} rewards failed ({stats['reward_errors']:.0f} error, "
-        f"{stats['reward_timeouts']:.0f} timeout) = {failed / items:.1%} > pool.error_rate_threshold="
-        f"{threshold:g}; first reasons: {reasons}"
-    )
+    return reasons[:most]
+
+
+def check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
+    """Raises RewardErrorRateExceeded when the batch fails the run by `failure_policy`'s rule,
+    naming up to three distinct reasons (the pool's and an inline placement's rule alike)."""
+    problem = error_rate_problem(BatchCounts.of_stats(stats), threshold)
+    if problem is not None:
+        raise RewardErrorRateExceeded(f"{problem}; first reasons: {failure_reasons(blocks)}")
 
 
 def _kill_all(handles: Sequence[Any]) -> None:

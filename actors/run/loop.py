@@ -11,7 +11,9 @@ store; then the ranks make one DDP update.
 Per global step s (one counter over SFT and GRPO; `trainer.schedule` says what is due when):
     train -> rank 0 publishes the step record -> held-out eval when due (rank 0)
     -> ranks agree on the stop flag -> checkpoint when due or stopping -> stop if asked.
-A checkpoint at step s therefore covers every record up to s.
+A checkpoint at step s therefore covers every record up to s. A GRPO step whose rewards, over
+every rank's items, fail the run (`actors.pool.failure_policy`) is checkpointed and ends the run:
+each rank returns and the driver ends it `failed` with the one line rank 0 published.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import ray
 import torch
 
 from actors.pool.config import PoolConfig
+from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.checkpoints import CheckpointWriter, load_verified
@@ -90,6 +93,11 @@ class LoopFailed(RuntimeError):
         return type(self), (self.worker_failures[0],)
 
 
+class RunEnded(Exception):
+    """A rule of the run ended it after a checkpoint (the reward error rate): every rank returns,
+    and the driver reads the one-line reason from the published `error` record, no traceback."""
+
+
 class LocalRun:
     """The loop in this process (`run.backend: local`); `fit()` as TorchTrainer's, without Ray Train.
 
@@ -152,7 +160,10 @@ class WorkerLoop:
             try:
                 while step < self.schedule.total:
                     step += 1
-                    self.train_step(step, data)
+                    ended = self.train_step(step, data)
+                    if ended is not None:
+                        self.checkpoint(step)  # the step kept only usable groups: a state to resume from
+                        raise RunEnded(ended)
                     kind = self.schedule.eval_due(step)
                     if kind:
                         self.evaluate(step, kind)
@@ -163,6 +174,8 @@ class WorkerLoop:
                         break
             finally:
                 data.close()
+        except RunEnded as exc:  # said once, by the driver's summary; the workers return normally
+            self._publish(ERROR, {"step": step, "reason": str(exc)})
         except Exception as exc:
             self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
             raise
@@ -172,7 +185,8 @@ class WorkerLoop:
             if self._pool is not None:
                 self._pool.shutdown()  # a front-end only: the driver owns the workers
 
-    def train_step(self, step: int, data: StepData) -> None:
+    def train_step(self, step: int, data: StepData) -> str | None:
+        """One step, its record published; the line ending the run when its rewards fail it."""
         phase = self.schedule.phase_of(step)
         pairs = data.pairs(step)
         if phase == "sft":
@@ -181,6 +195,21 @@ class WorkerLoop:
             metrics = self.trainer.grpo_step(pairs, self.rewards(), refill=lambda t: data.refill(step, t))
             metrics.update(self._pool_health())
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
+        return self.reward_failure(step, metrics) if phase == "grpo" else None
+
+    def reward_failure(self, step: int, metrics: dict[str, Any]) -> str | None:
+        """Whether the step's rewards, over every rank's items, fail the run (`failure_policy`):
+        the same answer on every rank (a collective), with rank 0's first reasons."""
+        mine = BatchCounts.of_stats(metrics, prefix="scorer_")
+        summed = reduce_on(
+            torch.tensor([mine.items, mine.errors, mine.timeouts], dtype=torch.float64), self.device
+        )
+        counts = BatchCounts(*(round(x) for x in summed.tolist()))
+        problem = error_rate_problem(counts, self.spec.pool.error_rate_threshold)
+        if problem is None:
+            return None
+        reasons = [" ".join(r.split())[:200] for r in getattr(self.rewards(), "failure_reasons", [])]
+        return f"reward error rate exceeded at step {step}: {problem}; first reasons: {reasons}"
 
     def _pool_health(self) -> dict[str, float]:
         """Reward workers this rank's pool front-end counts, and how many of them take work now."""
@@ -193,7 +222,8 @@ class WorkerLoop:
     def pool(self) -> RewardPool:
         """This worker's front-end to the driver's reward workers (attached on first use)."""
         if self._pool is None:
-            self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id)
+            # The step's rule is applied over every rank's items (`reward_failure`), not per collect.
+            self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id, enforce_error_rate=False)
         return self._pool
 
     def rewards(self) -> RewardPool | PlacedRewards:

@@ -7,10 +7,18 @@
 - `noisy`: the exact-match reward plus random noise: the same completion scores differently twice.
 - `not_a_number`: returns a string.
 - `raises_unless_exact`: raises on every answer but the exact target.
+- `nan_one_in_three`: returns NaN on about one item in three (those whose text hashes to 0 mod 3).
+- `breaks_after_calls`: a correct reward until a process has called it `GRPO_EXAMPLE_BREAK_AFTER`
+  times (default 20: a run's first GRPO step on the pool), then raises on every item, as a
+  reward whose service went away does; the preflight's few items pass.
+- `async_slow_one_in_six`: an `async def` reward that waits `SLOW_S` seconds on about one item in
+  six (those whose text hashes to 1 mod 6) and answers the others at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
 import random
 import time
@@ -47,3 +55,24 @@ def raises_unless_exact(completion: str, target: str) -> float:
     if completion != target:
         raise ValueError("expected the exact FEN")
     return 1.0
+
+
+def nan_one_in_three(completion: str, target: str) -> float:
+    if zlib.crc32(f"<{completion}>".encode()) % 3 == 0:
+        return float("nan")
+    return 1.0 if completion == target else 0.0
+
+
+_calls = itertools.count(1)
+
+
+def breaks_after_calls(completion: str, target: str) -> float:
+    if next(_calls) > int(os.environ.get("GRPO_EXAMPLE_BREAK_AFTER", "20")):
+        raise ConnectionError("the scoring service went away")
+    return 1.0 if completion == target else 0.0
+
+
+async def async_slow_one_in_six(completion: str, target: str) -> float:
+    if zlib.crc32(f"<{completion}>".encode()) % 6 == 1:
+        await asyncio.sleep(SLOW_S)
+    return 1.0 if completion == target else 0.0

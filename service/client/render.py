@@ -57,6 +57,7 @@ def status_table(status: RunStatus) -> str:
     rows += held_out_rows(status)
     if status.error:
         rows.append(("error", status.error))
+    rows += [("warning", w) for w in status.warnings]
     return table(("field", "value"), rows)
 
 

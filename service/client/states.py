@@ -77,6 +77,7 @@ class RunStatus:
     pool: dict[str, Any] = field(default_factory=dict)  # reward pool health: workers_alive, timeouts, ...
     eta_s: float | None = None
     error: str | None = None  # why a FAILED run failed, in one line
+    warnings: list[str] = field(default_factory=list)  # what a finished run says beside its state
     final_eval: dict[str, Any] | None = None  # from the summary line, once there is one
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
@@ -195,6 +196,7 @@ def status_from_job(
         pool=dict(step_record.get("pool") or {}),
         eta_s=None if state.is_terminal() else _as_float(progress.get("eta_s")),
         error=error,
+        warnings=[str(w) for w in (summary or {}).get("warnings") or []],
         final_eval=(summary or {}).get("final_eval"),
         started_at=timestamp(start_time_ms),
         ended_at=timestamp(end_time_ms),

@@ -101,7 +101,10 @@ def summary_lines(summary: Mapping[str, Any], reports: list[str]) -> list[str]:
     )
     if summary.get("error"):
         head += f"; {summary['error']}"
-    lines = [head]
+    warnings = list(summary.get("warnings") or [])
+    if warnings:
+        head += f" with {len(warnings)} warning{'s' if len(warnings) > 1 else ''}"
+    lines = [head, *(f"{TRAIN_TAG} warning: {w}" for w in warnings)]
     if summary.get("reward_failed_groups") or summary.get("skipped_steps"):
         lines.append(
             f"{TRAIN_TAG} rewards failed in {summary.get('reward_failed_groups', 0)} of {summary.get('groups', 0)} "

@@ -6,7 +6,9 @@
 Each problem is a `PreflightError` (a `ConfigError`: one line naming the key, exit 2): config
 relations (`relations`), records that cannot tokenize or fit (`data`, checked as the task loads
 them), and the rewards tried on a sample of the run's data (`reward_trial`): an exception on every
-item, a result that is not a number, or a cost per item beyond the pool's deadline. What comes
+item, a result that is not a number, more failed items than `pool.error_rate_threshold` allows
+(`actors.pool.failure_policy`, the rule of every GRPO step), or a cost per item beyond the pool's
+deadline. What comes
 back is the pool config with chunk sizes fitted to the measured cost.
 """
 
@@ -16,12 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
-from rewards.result import ERROR
+from actors.pool.failure_policy import BatchCounts, error_rate_problem
+from rewards.result import ERROR, TIMEOUT
 from service.config import ConfigError
 from service.preflight.relations import relation_problems
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
 
 PREFLIGHT_ITEMS = 8  # sample items scored before a run
+PREFLIGHT_RATE_ITEMS = 64  # ...or this many when some of them failed, to measure the failed share
 PREFLIGHT_BUDGET_S = 3.0  # ...or fewer once this much scoring time is spent (a slow reward)
 
 
@@ -35,19 +39,26 @@ def check_relations(cfg: Any, *, driver: bool) -> None:
         raise PreflightError(problems[0])
 
 
-def reward_problem(trial: TrialResult, deadline_s: float) -> str | None:
+def reward_problem(trial: TrialResult, deadline_s: float, error_rate_threshold: float) -> str | None:
     """One line on a reward the run cannot use, from what the trial saw; None when usable."""
     if trial.hung is not None:
         return (
             f"reward: one sample item took longer than {deadline_s:g}s, the pool's deadline for a call "
             "(pool.chunk_timeout_s): every call holding it would be killed"
         )
-    odd = next((r for r in trial.errors if "not a number" in r or "non-finite" in r), None)
+    odd = next((r for r in trial.errors if "not a number" in r), None)
     if odd is not None:
         return f"reward.user: {odd}; a reward must return a finite float"
     if trial.scored and trial.statuses[ERROR] == trial.scored:
         first = next(iter(trial.errors))
         return f"reward.user: every one of {trial.scored} sample items failed: {first}"
+    too_many = error_rate_problem(BatchCounts.of_statuses(trial.statuses.elements()), error_rate_threshold)
+    if too_many is not None:
+        first = trial.errors.most_common(1)[0][0] if trial.errors else "-"
+        return (
+            f"reward: {too_many} on the sample of the run's data, as a GRPO step with them would fail "
+            f"the run; most common: {first}"
+        )
     worst = max(trial.costs_s, default=0.0)
     if worst > deadline_s:
         return (
@@ -61,7 +72,20 @@ def try_rewards(
 ) -> TrialResult:
     """Score up to `n` sample items (fewer once PREFLIGHT_BUDGET_S is spent); PreflightError if unusable."""
     deadline_s = item_deadline_s(pool)
-    items = sample_items(pairs, n)
+    trial = _trial(scorer, sample_items(pairs, n), deadline_s)
+    failed = trial.statuses[ERROR] + trial.statuses[TIMEOUT]
+    if 0 < failed < trial.scored and trial.hung is None and n < PREFLIGHT_RATE_ITEMS:
+        # Some items failed: a share measured on a few items is too coarse to hold against
+        # pool.error_rate_threshold, so it is measured again on more (as long as the budget lasts).
+        trial = _trial(scorer, sample_items(pairs, PREFLIGHT_RATE_ITEMS), deadline_s)
+    problem = reward_problem(trial, deadline_s, pool.error_rate_threshold)
+    if problem:
+        raise PreflightError(problem)
+    return trial
+
+
+def _trial(scorer: Any, items: Sequence[Any], deadline_s: float) -> TrialResult:
+    """Score `items` one at a time until they are done, one hangs or PREFLIGHT_BUDGET_S is spent."""
     trial = TrialResult()
     for i, item in enumerate(items):
         one = run_trial(scorer, [item], deadline_s=deadline_s, warm_up=i == 0)
@@ -71,9 +95,6 @@ def try_rewards(
         trial.hung = one.hung
         if one.hung is not None or sum(trial.costs_s) >= PREFLIGHT_BUDGET_S:
             break
-    problem = reward_problem(trial, deadline_s)
-    if problem:
-        raise PreflightError(problem)
     return trial
 
 

@@ -56,3 +56,17 @@ def test_misbehaving_rewards(capsys, name, code, expected):
 def test_a_bad_config_is_one_line(capsys):
     assert main(["--set", "pool.num_workers=0"]) == 2
     assert capsys.readouterr().err.startswith("config error: pool.num_workers")
+
+
+def test_nan_on_a_third_of_items_is_refused_with_the_runs_numbers(capsys):
+    from actors.pool.failure_policy import BatchCounts, error_rate_problem
+    from service.preflight import PREFLIGHT_RATE_ITEMS
+
+    # The preflight's larger sample: the same items, so the same figures as its refusal.
+    code, out = _check(capsys, _reward("nan_one_in_three"), n=PREFLIGHT_RATE_ITEMS)
+    failed = int(re.search(r"failed:       (\d+) of 64 items", out).group(1))
+    the_rule = error_rate_problem(BatchCounts(64, errors=failed), 0.25)  # what a GRPO step would say
+    assert code == 2 and the_rule is not None and failed > 16, out
+    verdict = out.splitlines()[-1]
+    assert verdict.startswith("verdict:      refused: reward: ") and the_rule in verdict, verdict
+    assert "returned non-finite nan" in verdict and "groups of 4 would be dropped" in out

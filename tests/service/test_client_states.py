@@ -151,3 +151,15 @@ def test_eval_lines_do_not_hide_the_training_metrics():
     assert (status.phase, status.step) == ("eval", 4)
     assert status.metrics == {"loss": 1.0, "reward_mean": 0.1}
     assert status.eval_metrics == {"exact_match": 0.5, "reward_mean": 0.7}
+
+
+def test_a_succeeded_run_shows_its_summary_warnings():
+    from service.client.render import status_table
+
+    warning = "rewards dropped 11 of 24 GRPO groups = 46% > pool.max_dropped_share=0.1: 30 items timed out"
+    logs = summary("succeeded", warnings=[warning])
+    status = status_from_job("r1", "SUCCEEDED", "Job finished successfully.", logs)
+    assert status.state.value == "SUCCEEDED" and status.warnings == [warning]
+    assert status.to_dict()["warnings"] == [warning]
+    assert any(row.split() == ["warning", *warning.split()] for row in status_table(status).splitlines())
+    assert status_from_job("r1", "SUCCEEDED", "", summary("succeeded")).warnings == []

@@ -181,3 +181,20 @@ def test_submit_leaves_an_engine_task_to_the_cluster(monkeypatch):
         run_dir=None, working_dir=REPO, env_vars=None,
     )  # fmt: skip
     assert "--preset move-smoke" in submission.entrypoint
+
+
+def test_nan_on_a_third_of_items_is_refused_as_a_grpo_step_would_fail(capsys, tmp_path):
+    from actors.pool.failure_policy import BatchCounts, error_rate_problem
+    from service.check_reward import main as check_reward_main
+    from service.preflight import PREFLIGHT_RATE_ITEMS
+
+    err = _refused(capsys, tmp_path, _reward("nan_one_in_three"))
+    # 8 items measure a share too coarsely: when some fail, the preflight measures 64.
+    assert "rewards failed" in err and "pool.error_rate_threshold=0.25" in err and "non-finite nan" in err
+    failed = int(err.split(" of 64 rewards failed")[0].rsplit(" ", 1)[-1])
+    assert error_rate_problem(BatchCounts(PREFLIGHT_RATE_ITEMS, errors=failed), 0.25) in err
+    # check_reward on the same sample says the same.
+    assert check_reward_main(["--preset", "smoke", "--n", "64", "--set", _reward("nan_one_in_three")]) == 2
+    assert (
+        error_rate_problem(BatchCounts(PREFLIGHT_RATE_ITEMS, errors=failed), 0.25) in capsys.readouterr().out
+    )

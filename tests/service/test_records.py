@@ -156,3 +156,34 @@ def test_the_summary_and_its_last_lines_count_groups_dropped_for_reward_failures
         in out.getvalue()
     )
     assert "skipped: no update: all 4 groups dropped" in out.getvalue()
+
+
+def test_a_run_that_dropped_many_groups_succeeds_with_a_warning_in_its_summary(tmp_path):
+    from actors.pool.config import PoolConfig
+
+    out = io.StringIO()
+    limits = PoolConfig(max_dropped_share=0.5)
+    rec = RunRecorder(tmp_path, "run-1", Schedule(sft_steps=2, grpo_steps=3), out=out, limits=limits)
+    for step in (3, 4, 5):
+        rec.handle(
+            STEP, _step(step, "grpo", groups=4.0, unusable_groups=2.0 + (step == 5), reward_wait_s=0.1)
+        )
+    summary = rec.finish("succeeded")
+    (warning,) = summary["warnings"]
+    assert warning.startswith("rewards dropped 7 of 12 GRPO groups = 58% > pool.max_dropped_share=0.5")
+    assert json.loads((tmp_path / "summary.json").read_text())["warnings"] == [warning]
+    lines = out.getvalue().splitlines()
+    head = next(i for i, line in enumerate(lines) if "succeeded: step 5/5" in line)
+    assert lines[head].endswith(" with 1 warning") and lines[head + 1] == f"[train] warning: {warning}"
+    assert last_record(out.getvalue(), SUMMARY_PREFIX)["warnings"] == [warning]
+    assert rec.finish("failed", "RuntimeError: boom")["warnings"] == []  # the error says it all
+
+
+def test_the_pool_size_warning_has_no_others_to_name_when_every_worker_is_gone(tmp_path):
+    out = io.StringIO()
+    rec = _recorder(tmp_path, out)
+    rec.handle(STEP, _step(3, "grpo", pool_workers=1.0, pool_workers_alive=0.0))
+    rec.handle(STEP, _step(4, "grpo", pool_workers=1.0, pool_workers_alive=1.0))
+    text = out.getvalue()
+    assert "none of the 1 reward workers takes work at step 3" in text and "the others" not in text
+    assert "all 1 reward workers take work again at step 4" in text

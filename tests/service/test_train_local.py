@@ -22,6 +22,7 @@ import pytest
 
 from service.config import ConfigError, load_config
 from service.run_files import read_jsonl
+from trainer.schedule import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 SAME = 1e-9  # float rounding: both backends run the same arithmetic in the same order
@@ -115,14 +116,19 @@ def test_a_local_run_resumes_from_its_checkpoint_with_more_steps(smoke_runs, tmp
 @pytest.mark.slow
 def test_a_failing_local_loop_ends_the_run_failed_with_its_reason(tmp_path):
     run_dir = tmp_path / "failed"
-    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:raises_unless_exact'}]"
+    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:breaks_after_calls'}]"  # at the first GRPO step
     result, _ = _train(
         "--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.backend=local", "--set", reward
     )
     assert result.returncode == 1, (result.stdout + result.stderr)[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == load_config("smoke").sft.steps
+    assert summary["status"] == "failed" and summary["steps"] == _first_grpo_step("smoke")
     assert "pool.error_rate_threshold" in summary["error"] and "\n" not in summary["error"]
+
+
+def _first_grpo_step(preset: str) -> int:
+    schedule = Schedule.of(load_config(preset))
+    return next(step for step in range(1, schedule.total + 1) if schedule.phase_of(step) == "grpo")
 
 
 def test_a_local_run_has_one_rank():

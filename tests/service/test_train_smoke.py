@@ -166,14 +166,15 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_p
 
 def test_a_failing_worker_ends_the_run_failed_with_its_reason(tmp_path):
     run_dir = tmp_path / "failed"
-    # The reward passes the preflight (targets score) but raises on every sampled completion: the
-    # first GRPO step's collect passes pool.error_rate_threshold and raises in the worker.
-    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:raises_unless_exact'}]"
+    # The reward passes the preflight (its few items) but raises from its 21st call in a process on:
+    # the first GRPO step passes pool.error_rate_threshold and every rank ends the run after a checkpoint.
+    reward = "reward.user=[{fn: 'examples.rewards.misbehaving:breaks_after_calls'}]"
     result, _ = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", reward)
     logs = result.stdout + result.stderr
     assert result.returncode == 1, logs[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == 6  # the SFT steps
+    assert summary["status"] == "failed" and summary["steps"] == 7  # the SFT steps and the failing one
     assert "pool.error_rate_threshold" in summary["error"], summary["error"]
+    assert summary["last_checkpoint"] == "step_000007" and "Traceback" not in logs
     assert last_record(logs, SUMMARY_PREFIX)["error"] == summary["error"]
     assert (run_dir / "report.png").exists() and (run_dir / "config.yaml").exists()
