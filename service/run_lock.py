@@ -134,6 +134,16 @@ class RunDirBusy(Exception):
                 text += " (that pid is gone, but a process it started still holds the lock)"
         super().__init__(text)
 
+    def __reduce__(self):  # rebuilt with its message as worded here (it reads this host's processes)
+        return _busy_again, (type(self), self.directory, self.owner, str(self))
+
+
+def _busy_again(cls: type[RunDirBusy], directory: Path, owner: Owner | None, text: str) -> RunDirBusy:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.directory, error.owner = directory, owner
+    return error
+
 
 def _pid_alive(pid: int) -> bool:
     try:

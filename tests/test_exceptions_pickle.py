@@ -8,10 +8,12 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+from pathlib import Path
 
 import pytest
 
 from service.client.states import RunState, RunStatus
+from service.run_lock import Owner
 
 PACKAGES = ("rewards", "trainer", "actors", "service")
 # Constructor arguments of the exceptions that take more than a message.
@@ -22,6 +24,7 @@ ARGS = {
     "Unauthorized": (("http://h:1",), {"token_sent": True, "token_origin": "RAY_AUTH_TOKEN"}),
     "UnknownRun": (("r1", "http://h:1"), {}),
     "UnknownCharacterError": (("\u2014", 3, "e4 \u2014", "abc"), {}),
+    "RunDirBusy": ((Path("/runs/r1"), Owner("h", 12, 1.7e9, 1.7e9 + 5, "b", "raysubmit_1")), {}),
 }
 
 
