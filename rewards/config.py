@@ -33,7 +33,7 @@ class UserRewardSpec(_Frozen):
     """
 
     fn: str = Field(description="'package.module:function', or a name given to register_reward")
-    weight: float = 1.0
+    weight: float = Field(1.0, description="the reward's weight in the total")
     threads: bool = Field(
         False,
         description="a plain reward that blocks on I/O: its items run on pool.concurrency_per_worker threads",
@@ -54,9 +54,11 @@ class UserRewardSpec(_Frozen):
 class RewardConfig(_Frozen):
     """Weights of the components and limits. Default weights sum to 1, so totals lie in [0, 1]."""
 
-    validity_weight: float = 0.25
-    similarity_weight: float = 0.5
-    exact_weight: float = 0.25
+    validity_weight: float = Field(
+        0.25, description="weight of FEN validity (parses < parses but invalid < valid)"
+    )
+    similarity_weight: float = Field(0.5, description="weight of the Levenshtein similarity to the target")
+    exact_weight: float = Field(0.25, description="weight of an exact match of the target")
     max_chars: int = Field(512, ge=1, description="longer completions (after strip) score 0 as too_long")
     cache_size: int = Field(65536, ge=0, description="validity memo entries in score_batch; 0 disables it")
     user: list[UserRewardSpec] = Field(default_factory=list)

@@ -19,67 +19,15 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from actors.pool.config import PoolConfig
 from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
-from rewards.config import EngineConfig
 from service.config_keys import ConfigError, describe_error, field_at, quoted
-from service.config_sources import deep_merge, read_config_file, set_dotted
+from service.config_sources import deep_merge, read_config_file, set_dotted, switch_variants
 from service.config_sources import parse_override as _parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
+from service.task_config import FenTaskConfig, TaskConfig
 from trainer.config import Frozen, TrainerConfig
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-
-
-class TaskConfig(Frozen):
-    """Which task the run trains on (`service.tasks.TASKS`), and the keys of the tasks that read files.
-
-    The `text` task reads prompts (and optional targets) from JSONL rows; a task refuses the keys
-    it does not read (`Task.config_keys`), so a key set for another task is never silently ignored.
-    """
-
-    name: str = Field("fen", description="the task: its data, its scorer and its held-out figures")
-    path: str | None = Field(None, description="text: JSONL file of training rows")
-    eval_path: str | None = Field(
-        None, description="text: JSONL file of held-out rows (default: data.eval_size prompts split off path)"
-    )
-    prompt_key: str = Field("prompt", min_length=1, description="text: the row key holding the prompt")
-    target_key: str = Field(
-        "target", min_length=1, description="text: the row key holding the target (optional in a row)"
-    )
-    stop: list[str] = Field(
-        default_factory=list, description="text: strings that end a completion (besides EOS)"
-    )
-    engine: EngineConfig = Field(
-        EngineConfig(),
-        description="move: the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)",
-    )
-    train_positions: int = Field(
-        2000, ge=1, description="move: distinct training positions (their engine moves are searched once)"
-    )
-    chat_template: bool = Field(
-        False,
-        description="model.source=hf: render each prompt as a user message through the tokenizer's chat "
-        "template (instruct models)",
-    )
-    system: str | None = Field(None, description="with chat_template: a system message before each prompt")
-
-    @field_validator("stop")
-    @classmethod
-    def _non_empty_stops(cls, value: list[str]) -> list[str]:
-        if any(not s for s in value):
-            raise ValueError(
-                f"{value!r} holds an empty string; every stop string needs at least one character"
-            )
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        from service.tasks import TASKS  # the registry imports the tasks, which import this module's peers
-
-        if value not in TASKS:
-            raise ValueError(f"{value!r} is not a task; expected one of {quoted(TASKS)}")
-        return value
 
 
 class ScalingConfig(Frozen):
@@ -195,7 +143,7 @@ class LoggingConfig(Frozen):
 class ServiceConfig(TrainerConfig):
     """Everything one run needs: the trainer's sections plus task, reward, pool, scaling, run and logging."""
 
-    task: TaskConfig = TaskConfig()
+    task: TaskConfig = FenTaskConfig()
     reward: RewardConfig = RewardConfig()
     pool: PoolConfig = PoolConfig()
     scaling: ScalingConfig = ScalingConfig()
@@ -213,10 +161,10 @@ class ServiceConfig(TrainerConfig):
         return self
 
     @model_validator(mode="after")
-    def _check_task_keys(self) -> ServiceConfig:
-        from service.tasks import check_task_config
+    def _check_task(self) -> ServiceConfig:
+        from service.tasks import TASKS  # the registry imports the tasks, which import this module's peers
 
-        problem = check_task_config(self)
+        problem = TASKS[self.task.name].check_config(self)
         if problem:
             raise ValueError(problem)
         return self
@@ -276,9 +224,15 @@ def load_config(
         raise ConfigError(f"preset: {preset!r} is not allowed; expected one of {quoted(PRESETS)}")
     data = copy.deepcopy(PRESETS[preset])
     if config_file is not None:
-        data = deep_merge(data, read_config_file(config_file))
-    for override in overrides:
-        set_dotted(data, *parse_override(override))
+        file_data = read_config_file(config_file)
+        data = deep_merge(switch_variants(data, file_data, ServiceConfig), file_data)
+    parsed = [parse_override(override) for override in overrides]
+    given: dict[str, Any] = {}
+    for key, value in parsed:
+        set_dotted(given, key, value)
+    data = switch_variants(data, given, ServiceConfig)
+    for key, value in parsed:
+        set_dotted(data, key, value)
     return validate_config(data)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,16 +25,50 @@ def quoted(values: Any) -> str:
     return ", ".join(repr(v) for v in values)
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation (`X`, `X | None`), if any."""
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The config models inside an annotation (`X`, `X | None`, `A | B`, `list[X]`, `dict[str, X]`)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _models(typing.get_args(annotation)[0])
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
+        return [annotation]
+    if origin in (typing.Union, types.UnionType, list, dict, tuple):
+        return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+    return []
+
+
+def variants(field: Any) -> dict[Any, type[BaseModel]]:
+    """The config models of a field, by tag: {tag: model, ...} for a tagged union (`model` by
+    `source`, `task` by `name`: pydantic's discriminator), {None: model} for a plain section,
+    {} for a value."""
+    models = _models(field.annotation)
+    key = field.discriminator
+    if isinstance(key, str) and len(models) > 1:
+        return {typing.get_args(m.model_fields[key].annotation)[0]: m for m in models}
+    return {None: models[0]} if models else {}
+
+
+def tag_key(models: Mapping[Any, type[BaseModel]]) -> str | None:
+    """The key that tells the variants of a tagged union apart (each variant fixes it to its tag)."""
+    if not models or None in models:
+        return None
+    first = next(iter(models.values()))
+    for name in first.model_fields:
+        if all(
+            name in m.model_fields and typing.get_args(m.model_fields[name].annotation) == (tag,)
+            for tag, m in models.items()
+        ):
+            return name
     return None
+
+
+def section_fields(models: Mapping[Any, type[BaseModel]]) -> dict[str, Any]:
+    """The keys of a section, each variant's in turn (a key two variants share is listed once)."""
+    fields: dict[str, Any] = {}
+    for model in models.values():
+        for name, field in model.model_fields.items():
+            fields.setdefault(name, field)
+    return fields
 
 
 def _is_map(field: Any) -> bool:
@@ -42,22 +76,22 @@ def _is_map(field: Any) -> bool:
 
 
 def field_at(root: type[BaseModel], key: str) -> Any:
-    """The FieldInfo that a dotted key names under `root` (ConfigError for an unknown key)."""
-    model: type[BaseModel] | None = root
+    """The FieldInfo that a dotted key names under `root` (ConfigError for an unknown key); a key
+    of a tagged union's variant is found in whichever variant has it."""
+    models: dict[Any, type[BaseModel]] = {None: root}
     parts = key.split(".")
     field = None
     for depth, part in enumerate(parts):
-        if model is None and depth == len(parts) - 1 and _is_map(field):
+        if not models and depth == len(parts) - 1 and _is_map(field):
             return field  # one entry of a map key, e.g. pool.resources.reward_node
-        if model is None:
+        if not models:
             raise ConfigError(f"{key}: {'.'.join(parts[:depth])} is a value, not a section")
-        if part not in model.model_fields:
+        fields = section_fields(models)
+        if part not in fields:
             section = ".".join(parts[:depth]) or "the top level"
-            raise ConfigError(
-                f"{key}: unknown key {part!r}; allowed keys of {section}: {', '.join(model.model_fields)}"
-            )
-        field = model.model_fields[part]
-        model = _model_in(field.annotation)
+            raise ConfigError(f"{key}: unknown key {part!r}; allowed keys of {section}: {', '.join(fields)}")
+        field = fields[part]
+        models = variants(field)
     return field
 
 
@@ -72,25 +106,69 @@ def wants_string(root: type[BaseModel], key: str) -> bool:
     return annotation is str or str in args
 
 
-def _allowed_keys(root: type[BaseModel], loc: Sequence[Any]) -> str:
-    model: type[BaseModel] | None = root
+def _walk(root: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], dict[Any, type[BaseModel]]]:
+    """An error's location: (the dotted key's parts, variant tags left out; the models where it ends)."""
+    models: dict[Any, type[BaseModel]] = {None: root}
+    parts: list[str] = []
     for part in loc:
         if isinstance(part, int):  # an item of a list section: same model
             continue
-        if model is None or part not in model.model_fields:
-            return ""
-        model = _model_in(model.model_fields[part].annotation)
-    return ", ".join(model.model_fields) if model is not None else ""
+        if None not in models and part in models:  # the variant of a tagged union that was chosen
+            models = {part: models[part]}
+            continue
+        fields = section_fields(models)
+        parts.append(str(part))
+        models = variants(fields[part]) if part in fields else {}
+    return parts, models
+
+
+def _extra_key(root: type[BaseModel], loc: Sequence[Any], value: Any) -> str:
+    """'key: ...' for a key its section does not take (read by another variant, or by none)."""
+    name, parent = loc[-1], loc[:-1]
+    parts, models = _walk(root, parent)
+    key, section = ".".join([*parts, str(name)]), ".".join(parts) or "the top level"
+    chosen = next(iter(models)) if len(models) == 1 else None
+    if chosen is None:
+        return f"{key}: unknown key {name!r}; allowed keys of {section}: {', '.join(section_fields(models))}"
+    union = _walk(root, parent[:-1])[1]
+    tag = tag_key(union)
+    readers = [t for t, m in union.items() if name in m.model_fields]
+    if readers:
+        return (
+            f"{key}: {value!r} is read only with {section}.{tag} {quoted(readers)} "
+            f"({section}.{tag} is {chosen!r}); remove it or set {section}.{tag}"
+        )
+    allowed = ", ".join(models[chosen].model_fields)
+    return f"{key}: unknown key {name!r}; allowed keys of {section} ({tag} {chosen!r}): {allowed}"
+
+
+def leaf_keys(root: type[BaseModel], prefix: str = "", variant: str = "") -> Iterator[tuple[str, str, Any]]:
+    """Every leaf key under `root` as (dotted key, variant, FieldInfo), walking into nested sections,
+    each variant of a tagged union (variant names it, e.g. 'model.source=hf'), and the models of
+    lists and maps. A generated reference lists these; a test requires a description on each."""
+    for name, field in root.model_fields.items():
+        key = f"{prefix}{name}"
+        models = variants(field)
+        if not models:
+            yield key, variant, field
+            continue
+        tag = tag_key(models)
+        for value, model in models.items():
+            where = f"{key}.{tag}={value}" if tag is not None else variant
+            yield from leaf_keys(model, f"{key}.", where)
 
 
 def describe_error(root: type[BaseModel], error: Mapping[str, Any]) -> str:
     """One line for one pydantic error: 'dotted.key: value is not allowed; what is allowed'."""
     loc = [p for p in error["loc"] if p != "function-after"]
-    key = ".".join(str(p) for p in loc) or "config"
+    key = ".".join(_walk(root, loc)[0]) or "config"
     kind, ctx = error["type"], error.get("ctx") or {}
     if kind == "extra_forbidden":
-        section = ".".join(str(p) for p in loc[:-1]) or "the top level"
-        return f"{key}: unknown key {loc[-1]!r}; allowed keys of {section}: {_allowed_keys(root, loc[:-1])}"
+        return _extra_key(root, loc, error["input"])
+    if kind == "union_tag_invalid":  # a tagged union's key names no variant
+        tag = str(ctx.get("discriminator", "")).strip("'")
+        value = error["input"].get(tag) if isinstance(error["input"], Mapping) else error["input"]
+        return f"{key}.{tag}: {value!r} is not allowed; expected one of {ctx.get('expected_tags', '')}"
     if kind == "value_error":  # a model validator: the message names the fields itself
         message = str(ctx.get("error", error["msg"]))
         return f"{key}: {message}" if loc else message

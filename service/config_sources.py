@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from service.config_keys import ConfigError, field_at, wants_string
+from service.config_keys import ConfigError, field_at, tag_key, variants, wants_string
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -80,4 +80,27 @@ def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
+    return out
+
+
+def switch_variants(data: dict[str, Any], later: Mapping[str, Any], root: type[BaseModel]) -> dict[str, Any]:
+    """`data` ready for a later source to go on top: where `later` switches a section with variants
+    to another one (`model.source`, `task.name`), the keys of `data`'s section that the new variant
+    does not take are dropped (a preset's builtin `model.size` under `--set model.source=hf`); the
+    later source's own keys are never dropped."""
+    out = dict(data)
+    for name, field in root.model_fields.items():
+        models = variants(field)
+        key = tag_key(models)
+        old, new = out.get(name), later.get(name)
+        if (
+            key is None
+            or not isinstance(old, dict)
+            or not isinstance(new, Mapping)
+            or not isinstance(new.get(key), str)
+        ):
+            continue
+        if old.get(key, getattr(field.default, key, None)) != new[key] and new[key] in models:
+            taken = models[new[key]].model_fields
+            out[name] = {k: v for k, v in old.items() if k in taken}
     return out

@@ -3,19 +3,21 @@
 Each refusal is one line naming the key (a ConfigError, exit 2): a model.path with no model in it,
 a model that needs its own code while model.trust_remote_code is false, task.chat_template with a
 tokenizer that has none, model.lora without peft, a prompt that with sampling.max_new_tokens does
-not fit the model's positions. Only configs and tokenizers are loaded here, never the weights.
+not fit the model's positions, a prompt or target the tokenizer encodes with its unknown token or
+cannot decode back (unless model.unknown_tokens=allow; `service.preflight.tokens`). Only configs
+and tokenizers are loaded here, never the weights.
 """
 
 from __future__ import annotations
 
 import importlib
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from service.config import ConfigError, ServiceConfig, prompt_format
+from service.preflight.tokens import RunRow, check_unknown_tokens
 from service.run_dir import TINY_MODEL_DIR
 
 TRAIN_PROMPTS_CHECKED = 512  # a generated stream is endless: its first prompts stand for the rest
@@ -23,8 +25,10 @@ TRAIN_PROMPTS_CHECKED = 512  # a generated stream is endless: its first prompts 
 
 def prepare_model(cfg: ServiceConfig, log: Callable[[str], None]) -> None:
     """Write the tiny model of an hf run without model.path (resolved to <run dir>/tiny_model)."""
+    if cfg.model.source != "hf":
+        return
     path = Path(str(cfg.model.path))
-    if cfg.model.source != "hf" or path.name != TINY_MODEL_DIR or path.parent != Path(str(cfg.run.run_dir)):
+    if path.name != TINY_MODEL_DIR or path.parent != Path(str(cfg.run.run_dir)):
         return
     if (path / "config.json").is_file():  # a resumed run keeps its model
         return
@@ -34,8 +38,9 @@ def prepare_model(cfg: ServiceConfig, log: Callable[[str], None]) -> None:
     log(f"[model] a tiny random llama model (2 layers, 128 wide, character tokenizer) made in {path}")
 
 
-def check_hf_model(cfg: ServiceConfig, prompts: Sequence[str]) -> None:
-    """ConfigError (one line) for the first thing an hf run cannot use; nothing for a builtin run."""
+def check_hf_model(cfg: ServiceConfig, rows: Sequence[RunRow]) -> None:
+    """ConfigError (one line) for the first thing an hf run cannot use with the rows it will use
+    (`run_rows`); nothing for a builtin run."""
     m = cfg.model
     if m.source != "hf":
         return
@@ -58,7 +63,8 @@ def check_hf_model(cfg: ServiceConfig, prompts: Sequence[str]) -> None:
         raise ConfigError(str(exc).splitlines()[0]) from None
     except OSError as exc:
         raise ConfigError(f"model.path: {m.path!r} cannot be loaded ({_first_line(exc)})") from None
-    _check_positions(cfg, tokenizer, config, prompts)
+    _check_positions(cfg, tokenizer, config, [r.prompt for r in rows if _fit_checked(r)])
+    check_unknown_tokens(tokenizer.tok, rows, m.unknown_tokens)
 
 
 def _check_path(path: str | None, trust_remote_code: bool) -> None:
@@ -93,7 +99,7 @@ def _auto_config(m) -> Any:
 
 def _check_positions(cfg: ServiceConfig, tokenizer, config: Any, prompts: Sequence[str]) -> None:
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if not limit:
+    if not limit or not prompts:
         return
     longest, worst = max((len(tokenizer.encode_prompt(p)), p) for p in prompts)
     if longest + cfg.sampling.max_new_tokens > limit:
@@ -104,12 +110,21 @@ def _check_positions(cfg: ServiceConfig, tokenizer, config: Any, prompts: Sequen
         )
 
 
-def run_prompts(task, eval_pairs: Sequence[Any], train_pairs: Sequence[Any] | None) -> list[str]:
-    """The prompts a run will give the model: held-out ones and (the first of) the training ones."""
-    stream = task.train_stream(train_pairs)
-    count = len(train_pairs) if train_pairs is not None else TRAIN_PROMPTS_CHECKED
-    train = [stream(i).prompt for i in itertools.islice(range(count), TRAIN_PROMPTS_CHECKED)]
-    return [p.prompt for p in eval_pairs] + train
+def run_rows(task, eval_pairs: Sequence[Any], train_pairs: Sequence[Any] | None) -> list[RunRow]:
+    """The rows a run will give the model: the held-out ones, and every row of a training file or the
+    first TRAIN_PROMPTS_CHECKED of a generated stream."""
+    held = [RunRow("held-out", i, p.prompt, p.target) for i, p in enumerate(eval_pairs)]
+    if train_pairs is not None:
+        return held + [RunRow("training", i, p.prompt, p.target) for i, p in enumerate(train_pairs)]
+    stream = task.train_stream(None)
+    pairs = (stream(i) for i in range(TRAIN_PROMPTS_CHECKED))
+    return held + [RunRow("training", i, p.prompt, p.target) for i, p in enumerate(pairs)]
+
+
+def _fit_checked(row: RunRow) -> bool:
+    """Whether a row's prompt is measured against the model's positions (tokenizing every prompt
+    through a chat template is slow; the first training rows stand for the rest)."""
+    return row.split != "training" or row.index < TRAIN_PROMPTS_CHECKED
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,7 +31,7 @@ from actors.run.omp_env import wait_policy_env
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
-from service.model_checks import check_hf_model, prepare_model, run_prompts
+from service.model_checks import check_hf_model, prepare_model, run_rows
 from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.run_dir import claim_run, fresh_config, prepare_run_dir, resumed_config
@@ -174,7 +174,7 @@ def prepare_policy(
     tokenizer, checked before anything starts; nothing for a builtin run. Raises ConfigError."""
     if cfg.model.source == "hf":
         prepare_model(cfg, log)
-        check_hf_model(cfg, run_prompts(task, eval_set, train_pairs))
+        check_hf_model(cfg, run_rows(task, eval_set, train_pairs))
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:

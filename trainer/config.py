@@ -6,7 +6,7 @@ is built; derived values come from functions (never from editing a config after 
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, NamedTuple, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,6 +19,33 @@ class Frozen(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_variant_tags(cls, data: Any) -> Any:
+        # A tagged union section given without its key (`model: {size: tiny}`) is the default variant.
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            section = data.get(name)
+            for mark in field.metadata:
+                if isinstance(mark, VariantDefault) and isinstance(section, dict) and mark.key not in section:
+                    data = {**data, name: {mark.key: mark.default, **section}}
+        return data
+
+
+class VariantDefault(NamedTuple):
+    """Marks a tagged union field: the variant taken when the data does not name one."""
+
+    key: str
+    default: str
+
+
+def tagged_union(key: str, default: str, *models: type[BaseModel]) -> Any:
+    """A config section with variants: each model fixes `key` to its own tag (a one-value Literal) and
+    owns its keys; the data's `key` picks the variant (pydantic's discriminator), `default` when it is
+    absent. A key of another variant is refused like any unknown key (no variant is guessed)."""
+    return Annotated[Union[models], Field(discriminator=key), VariantDefault(key, default)]  # noqa: UP007
 
 
 # Option vocabularies, defined once: the GRPO maths read their allowed values from these.
@@ -62,47 +89,49 @@ class LoraConfig(Frozen):
     )
 
 
-HF_ONLY_KEYS = ("path", "revision", "trust_remote_code", "attn_implementation", "lora", "adapter_path")
+class _ModelBase(Frozen):
+    """Keys every policy reads."""
 
-
-class ModelConfig(Frozen):
-    """The policy. `source: builtin` is the bundled GPT (its shape below; `size` fills
-    n_layer/n_head/n_embd unless they are given); `source: hf` a `transformers` causal LM."""
-
-    source: Literal["builtin", "hf"] = Field(
-        "builtin",
-        description="builtin: the bundled character GPT; hf: a transformers causal LM from model.path",
+    source: str = Field(
+        description="the policy: builtin, the bundled character GPT; hf, a transformers causal LM"
     )
-    path: str | None = Field(
-        None,
-        description="hf: a local model directory or a hub id (HF_HUB_OFFLINE honoured); unset: a tiny random "
-        "model is made in the run directory",
-    )
-    revision: str | None = Field(None, description="hf: the hub revision (branch, tag or commit)")
-    trust_remote_code: bool = Field(False, description="hf: allow a model's own Python code to run")
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
-        "sdpa", description="hf: attention kernel (flash_attention_2 needs flash-attn, on GPUs)"
-    )
-    lora: LoraConfig | None = Field(
-        None, description="hf: train LoRA adapters instead of every weight (peft)"
-    )
-    adapter_path: str | None = Field(None, description="hf: a saved peft adapter to start from")
-    reference: Literal["base", "adapter"] = Field(
-        "base",
-        description="hf with LoRA: the KL reference is the base model (adapter off, no copy) or the starting "
-        "adapter of model.adapter_path, kept frozen",
-    )
-    size: Literal["tiny", "small", "gpt2", "custom"] = "tiny"
-    n_layer: int = Field(2, ge=1)
-    n_head: int = Field(4, ge=1)
-    n_embd: int = Field(128, ge=8)
     block_size: int = Field(256, ge=16, description="max tokens in BOS+prompt+SEP+completion+EOS")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass (hf: the model's own switch)"
     )
     compile: bool = Field(
         False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_flat_keys(cls, data: Any) -> Any:
+        # Before the variants, a resolved config.yaml held every key of both; a run directory written
+        # then holds the other variant's keys, all of them, never read: they are dropped, not refused.
+        other = _OTHER_MODEL_KEYS.get(cls.__name__, ())
+        if isinstance(data, dict) and other and all(k in data for k in other):
+            data = {k: v for k, v in data.items() if k not in other}
+        return data
+
+
+class BuiltinModelConfig(_ModelBase):
+    """`source: builtin`: the bundled character GPT; `size` fills n_layer/n_head/n_embd unless they are given."""
+
+    source: Literal["builtin"] = Field(
+        "builtin", description="builtin: the bundled character GPT (hf: a transformers causal LM)"
+    )
+    size: Literal["tiny", "small", "gpt2", "custom"] = Field(
+        "tiny",
+        description="named shape: tiny (2 layers, 4 heads, 128 wide), small (4, 4, 256), gpt2 (12, 12, 768); "
+        "custom: n_layer/n_head/n_embd as given",
+    )
+    n_layer: int = Field(2, ge=1, description="transformer blocks (default: the size's)")
+    n_head: int = Field(
+        4, ge=1, description="attention heads per block; must divide n_embd (default: the size's)"
+    )
+    n_embd: int = Field(128, ge=8, description="embedding width (default: the size's)")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="dropout on embeddings, attention and MLP outputs"
     )
 
     @model_validator(mode="before")
@@ -115,19 +144,41 @@ class ModelConfig(Frozen):
         return data
 
     @model_validator(mode="after")
-    def _check_heads(self) -> ModelConfig:
+    def _check_heads(self) -> BuiltinModelConfig:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         return self
 
+
+class HFModelConfig(_ModelBase):
+    """`source: hf`: a `transformers` causal LM (`pip install -e '.[hf]'`), full or with LoRA adapters."""
+
+    source: Literal["hf"] = Field("hf", description="hf: a transformers causal LM from model.path")
+    path: str | None = Field(
+        None,
+        description="a local model directory or a hub id (HF_HUB_OFFLINE honoured); unset: a tiny random "
+        "model is made in the run directory",
+    )
+    revision: str | None = Field(None, description="the hub revision (branch, tag or commit)")
+    trust_remote_code: bool = Field(False, description="allow a model's own Python code to run")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="attention kernel (flash_attention_2 needs flash-attn, on GPUs)"
+    )
+    lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of every weight (peft)")
+    adapter_path: str | None = Field(None, description="a saved peft adapter to start from")
+    reference: Literal["base", "adapter"] = Field(
+        "base",
+        description="with LoRA: the KL reference is the base model (adapter off, no copy) or the starting "
+        "adapter of model.adapter_path, kept frozen",
+    )
+    unknown_tokens: Literal["refuse", "allow"] = Field(
+        "refuse",
+        description="refuse: the run stops before it starts when a prompt or target of its data encodes to "
+        "the tokenizer's unknown token or does not decode back to itself; allow: train on them anyway",
+    )
+
     @model_validator(mode="after")
-    def _check_source(self) -> ModelConfig:
-        if self.source == "builtin":
-            for key in HF_ONLY_KEYS:
-                if getattr(self, key) not in (None, False, "sdpa"):
-                    raise ValueError(
-                        f"model.{key} is read only with model.source=hf; remove it or set source: hf"
-                    )
+    def _check_adapter(self) -> HFModelConfig:
         if self.reference == "adapter" and not (self.lora is not None and self.adapter_path):
             raise ValueError(
                 "model.reference=adapter needs model.lora and model.adapter_path (the frozen adapter)"
@@ -137,20 +188,40 @@ class ModelConfig(Frozen):
         return self
 
 
+_OTHER_MODEL_KEYS = {
+    "BuiltinModelConfig": (
+        "path",
+        "revision",
+        "trust_remote_code",
+        "attn_implementation",
+        "lora",
+        "adapter_path",
+        "reference",
+    ),
+    "HFModelConfig": ("size", "n_layer", "n_head", "n_embd", "dropout"),
+}
+
+# The policy, by `model.source` (builtin when absent).
+ModelConfig = tagged_union("source", "builtin", BuiltinModelConfig, HFModelConfig)
+
+
 FILE_SOURCES = {"pgn": "pgn", "jsonl": "jsonl", "json": "jsonl"}  # data.source by the file's extension
 
 
 class DataConfig(Frozen):
     """Where (prompt, target) pairs come from."""
 
-    source: Literal["generated", "pgn", "jsonl"] = "generated"
+    source: Literal["generated", "pgn", "jsonl"] = Field(
+        "generated",
+        description="generated: random games (seeded); pgn / jsonl: the games or (prompt, target) rows of data.path",
+    )
     path: str | None = Field(None, description="file for source=pgn or jsonl")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the training stream (its games, or its shuffle of a file)")
     eval_seed: int = Field(1_000_003, description="seed of the held-out set; disjoint from `seed`")
-    min_plies: int = Field(1, ge=0)
-    max_plies: int = Field(4, ge=0)
+    min_plies: int = Field(1, ge=0, description="fewest half-moves in a generated game's prompt")
+    max_plies: int = Field(4, ge=0, description="most half-moves in a generated game's prompt")
     natural: bool = Field(False, description="weight moves toward more natural play")
-    eval_size: int = Field(64, ge=1)
+    eval_size: int = Field(64, ge=1, description="held-out pairs evaluated (greedy) at each evaluation")
 
     @model_validator(mode="before")
     @classmethod
@@ -185,10 +256,17 @@ class SamplingConfig(Frozen):
     """Generation of K completions per prompt."""
 
     group_size: int = Field(8, ge=1, description="K: completions per prompt")
-    max_new_tokens: int = Field(96, ge=1)
-    temperature: float = Field(1.0, gt=0.0)
-    top_k: int | None = Field(None, ge=1)
-    use_kv_cache: bool = True
+    max_new_tokens: int = Field(96, ge=1, description="longest completion sampled (tokens, EOS included)")
+    temperature: float = Field(1.0, gt=0.0, description="softmax temperature of sampling")
+    top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only; unset: all")
+    use_kv_cache: bool = Field(
+        True, description="decode with a KV cache (false: recompute the whole prefix each step)"
+    )
+    prefill: Literal["shared", "per_row"] = Field(
+        "shared",
+        description="shared: each prompt is prefilled once and its cache copied to its K rows; "
+        "per_row: each of the K rows prefills its own copy of the prompt (the ablation of shared)",
+    )
     prompts_per_microbatch: int = Field(
         4, ge=1, description="prompts sampled together; scored while the next is sampled"
     )
@@ -201,17 +279,33 @@ class SamplingConfig(Frozen):
 class GRPOConfig(Frozen):
     """The GRPO objective."""
 
-    steps: int = Field(100, ge=0)
-    prompts_per_step: int = Field(8, ge=1)
-    scale: Scale = "group"
-    eps: float = Field(1e-6, gt=0.0)
-    zero_var_groups: Literal["drop", "keep"] = "drop"
-    zero_var_tol: float = Field(1e-6, ge=0.0)
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.28, ge=0.0)
+    steps: int = Field(100, ge=0, description="GRPO steps (0: SFT only)")
+    prompts_per_step: int = Field(
+        8, ge=1, description="prompts of one GRPO step (each sampled group_size times)"
+    )
+    scale: Scale = Field(
+        "group",
+        description="advantage = (reward - group mean) / std of: the group, the whole batch, or none (Dr. GRPO)",
+    )
+    eps: float = Field(1e-6, gt=0.0, description="added to the std that scales advantages")
+    zero_var_groups: Literal["drop", "keep"] = Field(
+        "drop",
+        description="groups whose rewards are all equal (no signal): drop them from the loss, or keep them",
+    )
+    zero_var_tol: float = Field(
+        1e-6, ge=0.0, description="a group whose reward std is at most this has no signal"
+    )
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="the ratio is clipped below at 1 - clip_low")
+    clip_high: float = Field(
+        0.28, ge=0.0, description="the ratio is clipped above at 1 + clip_high (DAPO clip-higher)"
+    )
     beta: float = Field(0.04, ge=0.0, description="KL coefficient; 0 builds no reference model")
     ref_on_cpu: bool = Field(False, description="keep the reference model on CPU between forward passes")
-    loss_agg: LossAgg = "token"
+    loss_agg: LossAgg = Field(
+        "token",
+        description="loss over tokens: token, mean over every token of the batch; sequence, mean per completion "
+        "then over completions; constant, sum divided by loss_constant (Dr. GRPO)",
+    )
     loss_constant: int | None = Field(
         None, ge=1, description="normaliser for loss_agg=constant (default: max_new_tokens)"
     )
@@ -263,7 +357,7 @@ class GRPOConfig(Frozen):
         description="when dropped groups leave fewer than prompts_per_step groups with a signal, sample up "
         "to this many more batches of prompts_per_step prompts (DAPO dynamic sampling); 0: off",
     )
-    eval_every: int = Field(20, ge=1)
+    eval_every: int = Field(20, ge=1, description="GRPO steps between held-out evaluations")
     eval_k: int = Field(
         0,
         ge=0,
@@ -329,10 +423,10 @@ class GRPOConfig(Frozen):
 class SFTConfig(Frozen):
     """Supervised warm start on (prompt -> target) pairs."""
 
-    steps: int = Field(200, ge=0)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
-    warmup_steps: int = Field(20, ge=0)
+    steps: int = Field(200, ge=0, description="supervised steps before GRPO (0: none)")
+    batch_size: int = Field(64, ge=1, description="(prompt, target) pairs per SFT step, over all ranks")
+    lr: float = Field(1e-3, gt=0.0, description="SFT learning rate (AdamW)")
+    warmup_steps: int = Field(20, ge=0, description="linear warm-up steps of the SFT learning rate")
     lr_schedule: LRSchedule = Field(
         "constant",
         description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
@@ -343,11 +437,13 @@ class SFTConfig(Frozen):
 class OptimConfig(Frozen):
     """AdamW for the GRPO phase, clipping and the non-finite guard."""
 
-    lr: float = Field(1e-4, gt=0.0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = Field(0.0, ge=0.0)
-    grad_clip: float | None = Field(1.0, gt=0.0)
-    warmup_steps: int = Field(0, ge=0)
+    lr: float = Field(1e-4, gt=0.0, description="GRPO learning rate (AdamW)")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW's (beta1, beta2)")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW's decoupled weight decay")
+    grad_clip: float | None = Field(
+        1.0, gt=0.0, description="clip the gradient's global norm to this; unset: no clipping"
+    )
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps of the GRPO learning rate")
     lr_schedule: LRSchedule = Field(
         "constant",
         description="after warm-up: constant, or cosine / linear decay to min_lr_ratio * lr at the last step",
@@ -370,15 +466,17 @@ class PrecisionConfig(Frozen):
 
 
 class CheckpointConfig(Frozen):
-    every_steps: int = Field(50, ge=1)
-    keep_last: int = Field(3, ge=1)
+    every_steps: int = Field(
+        50, ge=1, description="steps between checkpoints (one also at the last step and when the run stops)"
+    )
+    keep_last: int = Field(3, ge=1, description="checkpoints kept; older ones are deleted")
 
 
 class TrainerConfig(Frozen):
     """Everything the single-process trainer needs (the service adds reward, pool, scaling, run)."""
 
-    seed: int = 0
-    model: ModelConfig = ModelConfig()
+    seed: int = Field(0, description="seed of the initial weights and of every sampling draw")
+    model: ModelConfig = BuiltinModelConfig()
     data: DataConfig = DataConfig()
     sampling: SamplingConfig = SamplingConfig()
     grpo: GRPOConfig = GRPOConfig()

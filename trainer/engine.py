@@ -261,14 +261,7 @@ class Trainer:
                 len(pairs),
                 self.cfg.grpo.dynamic_sampling_tries,
                 lambda t: self._draw(refill(t), rewards, timer, (t + 1) * len(pairs)),
-                lambda b: int(
-                    reduce_on(
-                        torch.tensor(
-                            [self._selection(b.rollouts, b.scored, b.ref)[1].kept_groups], dtype=torch.float64
-                        ),
-                        self.device,
-                    )[0]
-                ),
+                self._groups_with_signal,
             )
         host = self.grpo_update(batch.rollouts, batch.scored, batch.ref, timer)
         host.update(timer.seconds)
@@ -281,7 +274,7 @@ class Trainer:
     def _groups_with_signal(self, batch: Batch) -> int:
         """Groups of `batch` left in the policy term, summed over ranks."""
         kept = self._selection(batch.rollouts, batch.scored, batch.ref)[1].kept_groups
-        return int(reduce_on(torch.tensor([float(kept)]), self.device)[0])
+        return int(reduce_on(torch.tensor([kept], dtype=torch.float64), self.device)[0])
 
     def _draw(self, pairs: Sequence[Any], rewards: RewardSource, timer: PhaseTimer, offset: int) -> Batch:
         """This rank's share of `pairs` sampled, referenced and scored (prompt numbers from `offset`)."""

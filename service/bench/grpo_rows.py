@@ -56,7 +56,7 @@ def reference_rows() -> list[Row]:
             {"sampling.use_kv_cache": False},
             {"rewards": "inline", **legacy},
         ),
-        ("+ KV cache (prefill per row)", {}, {"rewards": "inline", "shared_prefill": False, **legacy}),
+        ("+ KV cache (prefill per row)", {"sampling.prefill": "per_row"}, {"rewards": "inline", **legacy}),
         ("+ shared prefill", {}, {"rewards": "inline", **legacy}),
         ("+ streamed pool scoring", {}, {"rewards": "pool", **legacy}),
         (REFERENCE_ROW, {}, {"rewards": "pool"}),

@@ -36,36 +36,11 @@ from trainer.engine import Trainer
 from trainer.grpo.reward_source import InlineRewards, Rewards
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.sampling.logprobs import token_entropy, token_logprobs
-from trainer.sampling.rollout import Rollout, completions_text
-from trainer.sampling.sampler import generate
+from trainer.sampling.rollout import Rollout
 
 CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 GRPO_DATA_SEED = 11  # GRPO prompts come from a stream apart from the SFT pairs
-
-
-class PerRowPrefillTrainer(Trainer):
-    """The trainer with the KV cache but no shared prefill: each prompt is repeated K times and
-    prefilled once per row (the ablation step between "no cache" and the trainer as it is)."""
-
-    def sample(
-        self, pairs: Sequence[Any], rewards: Any, first_index: int = 0
-    ) -> tuple[list[Rollout], list[Any]]:
-        cfg = self.cfg.sampling
-        k, single = cfg.group_size, cfg.model_copy(update={"group_size": 1})
-        rollouts, tickets = [], []
-        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
-            chunk = pairs[start : start + cfg.prompts_per_microbatch]
-            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk for _ in range(k)]
-            with self.precision.autocast():
-                rollout = generate(
-                    self.model, prompts, single, self.tokenizer, generator=self.sample_generator
-                )
-            rollout = rollout._replace(group_size=k)  # rows are already laid out group after group
-            targets = [p.target for p in chunk for _ in range(k)]
-            tickets.append(rewards.submit(completions_text(rollout, self.tokenizer), targets))
-            rollouts.append(rollout)
-        return rollouts, tickets
 
 
 def legacy_completion_logprobs(model, rollout: Rollout, temperature: float, *, entropy: bool = True):
@@ -244,7 +219,6 @@ def run_trial(
     warmup: int,
     threads: int,
     device: str = "cpu",
-    shared_prefill: bool = True,
     init_weights: str | None = None,
     pool_cfg: dict[str, Any] | None = None,
     gcs_address: str | None = None,
@@ -263,7 +237,7 @@ def run_trial(
     if legacy_logprobs:
         use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)
-    trainer = (Trainer if shared_prefill else PerRowPrefillTrainer)(cfg, CHESS_TOKENIZER, device=device)
+    trainer = Trainer(cfg, CHESS_TOKENIZER, device=device)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
     source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)

@@ -4,7 +4,7 @@ Same model, prompts, K and length in every mode; every row decodes exactly max_n
 (EOS does not stop it), so each mode produces the same number of tokens:
 
 - `full`: no cache, every step runs the model over the whole sequence so far (the baseline);
-- `kv, prefill per row`: the cache, with each prompt repeated K times and prefilled K times;
+- `kv, prefill per row`: the cache, with each prompt prefilled once per row (`sampling.prefill=per_row`);
 - `kv, shared prefill`: the cache, each prompt prefilled once and its cache copied to its K rows
   (what the trainer does).
 
@@ -20,7 +20,7 @@ import torch
 
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, median
-from trainer.config import ModelConfig, SamplingConfig
+from trainer.config import BuiltinModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -54,16 +54,17 @@ def reference_prompts(n: int, seed: int) -> list[list[int]]:
 def _mode_fn(model: GPT, prompts: list[list[int]], mode: str, plan: SamplingPlan):
     k = plan.group_size
     cached = mode != "full"
-    per_row = mode == "kv, prefill per row"
     cfg = SamplingConfig(
-        group_size=1 if per_row else k, max_new_tokens=plan.max_new_tokens, use_kv_cache=cached
+        group_size=k,
+        max_new_tokens=plan.max_new_tokens,
+        use_kv_cache=cached,
+        prefill="per_row" if mode == "kv, prefill per row" else "shared",
     )
-    rows = [p for p in prompts for _ in range(k)] if per_row else prompts
     device = torch.device(plan.device)
 
     def run(round_index: int) -> None:
         gen = torch.Generator(device=device).manual_seed(plan.seed + round_index)
-        generate(model, rows, cfg, TOKENIZER, gen, stop_at_eos=False)
+        generate(model, prompts, cfg, TOKENIZER, gen, stop_at_eos=False)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
@@ -74,7 +75,7 @@ def measure_size(size: str, plan: SamplingPlan) -> dict[str, Any]:
     """Seconds per call of each mode for one model size, modes interleaved."""
     torch.manual_seed(plan.seed)
     prompts = reference_prompts(plan.num_prompts, plan.seed)
-    model = GPT(ModelConfig(size=size), TOKENIZER.vocab_size).to(plan.device)
+    model = GPT(BuiltinModelConfig(size=size), TOKENIZER.vocab_size).to(plan.device)
     with torch_threads(plan.threads if plan.device == "cpu" else None):
         times = interleaved_times(
             {m: _mode_fn(model, prompts, m, plan) for m in MODES}, plan.repeats, plan.warmup

@@ -20,7 +20,7 @@ from service.bench.isolated import PeakMemory, run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 from trainer.compile import maybe_compile
-from trainer.config import ModelConfig, PrecisionConfig
+from trainer.config import BuiltinModelConfig, PrecisionConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -96,7 +96,7 @@ def run_trial(
     precision_cfg = PrecisionConfig(dtype=dtype, tf32=tf32)
     configure_tf32(precision_cfg, dev)
     precision = Precision(precision_cfg, dev)
-    model = GPT(ModelConfig(size=size, block_size=max(256, seq_len)), TOKENIZER.vocab_size).to(dev)
+    model = GPT(BuiltinModelConfig(size=size, block_size=max(256, seq_len)), TOKENIZER.vocab_size).to(dev)
     forward = maybe_compile(model, device=dev, enabled=compile_, what="the training step benchmark")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused, foreach=None if fused else True)
     ids = torch.randint(0, TOKENIZER.vocab_size, (batch, seq_len + 1), device=dev)  # [B, T+1]

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from rewards.config import IMPORT_SPEC
-from service.model_checks import check_hf_model, run_prompts
+from service.model_checks import check_hf_model, run_rows
 from service.preflight import check_relations, check_run
 from service.run_dir import TINY_MODEL_DIR
 
 
 def _data_files(cfg: Any) -> list[str]:
-    return [p for p in (cfg.data.path, cfg.task.path, cfg.task.eval_path) if p]
+    task_files = (cfg.task.path, cfg.task.eval_path) if cfg.task.name == "text" else ()  # text's own keys
+    return [p for p in (cfg.data.path, *task_files) if p]
 
 
 def preflight_here(cfg: Any, working_dir: Path | None) -> None:
@@ -39,25 +40,25 @@ def preflight_here(cfg: Any, working_dir: Path | None) -> None:
         or not TASKS[cfg.task.name].checked_at_submit
         or not all(Path(p).expanduser().is_file() for p in _data_files(cfg))
     ):
-        _check_model_here(cfg, [])  # the prompts' fit is left to the driver, which has the data
+        _check_model_here(cfg, [])  # the rows' fit and tokens are left to the driver, which has the data
         return
     task = build_task(cfg)
     eval_set = held_out_eval_pairs(task, cfg)
     train_pairs = task.training_pairs(lambda line: None)
     check_run(cfg, task, eval_set, train_pairs, driver=False)
-    _check_model_here(cfg, run_prompts(task, eval_set, train_pairs))
+    _check_model_here(cfg, run_rows(task, eval_set, train_pairs))
 
 
-def _check_model_here(cfg: Any, prompts: list[str]) -> None:
+def _check_model_here(cfg: Any, rows: list[Any]) -> None:
     """An hf model in a folder on this machine is checked as the driver will check it (its path,
-    remote code, chat template, LoRA's package, the prompts' fit). A hub id or a folder only the
-    cluster has is the driver's to check; so is the tiny model the run makes for itself."""
+    remote code, chat template, LoRA's package, the prompts' fit, the data's tokens). A hub id or a
+    folder only the cluster has is the driver's to check; so is the tiny model the run makes for itself."""
     if cfg.model.source != "hf" or not cfg.model.path:
         return
     path = Path(str(cfg.model.path)).expanduser()
     if path.name == TINY_MODEL_DIR or not path.is_dir():
         return
-    check_hf_model(cfg, prompts)
+    check_hf_model(cfg, rows)
 
 
 def _module_path(top: str) -> Path | None:

@@ -18,9 +18,6 @@ class Task(ABC):
     """One task; subclasses register under `name` (see `service.tasks.TASKS`)."""
 
     name: ClassVar[str]
-    # Keys of the `task` section this task reads besides `name`; a key another task reads is
-    # refused when set for this one (`service.tasks.check_task_config`).
-    config_keys: ClassVar[frozenset[str]] = frozenset()
     # False when building the task needs what only the cluster may have (an engine binary): the
     # client's submit then leaves its data and reward checks to the driver.
     checked_at_submit: ClassVar[bool] = True

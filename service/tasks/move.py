@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class MoveTask(Task):
     name = "move"
-    config_keys = frozenset({"engine", "train_positions"})
 
     data: DataConfig
     reward: RewardConfig

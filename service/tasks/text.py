@@ -46,7 +46,6 @@ class TextData(NamedTuple):
 @dataclass(frozen=True)
 class TextTask(Task):
     name = "text"
-    config_keys = frozenset({"path", "eval_path", "prompt_key", "target_key", "stop"})
 
     seed: int
     chars: str  # the built-in tokenizer's alphabet: every character of the data and stop strings

@@ -251,7 +251,9 @@ def test_cli_non_finite_beta_exits_2_with_one_line(tmp_path):
 
 
 def test_unknown_task_is_refused_naming_the_tasks():
-    with pytest.raises(ConfigError, match=r"task.name: 'chess' is not a task; expected one of 'fen'"):
+    with pytest.raises(
+        ConfigError, match=r"^task.name: 'chess' is not allowed; expected one of 'fen', 'move'"
+    ):
         load_config("smoke", overrides=["task.name=chess"])
 
 

@@ -85,3 +85,25 @@ def test_submit_checks_a_model_folder_that_is_here(tmp_path, capsys, monkeypatch
 def test_submit_leaves_a_hub_id_to_the_cluster(capsys, monkeypatch):
     assert _submit(monkeypatch, "model.path=some-org/some-model") == 3  # checked, then the request
     assert "some-org/some-model" not in capsys.readouterr().err
+
+
+def test_text_rows_with_characters_the_tokenizer_lacks(tmp_path, capsys, tiny):
+    """The tiny model's character tokenizer has no CJK: a text-task run over such rows stops before
+    it starts, in one line giving the count, the field and the first row, and the key that allows it."""
+    from examples.addition.make_data import make, write_jsonl
+
+    train, held = make(seed=3, digits=2, train=40, held_out=8)
+    for i in (5, 9):
+        train[i] = {**train[i], "prompt": "加法 " + train[i]["prompt"]}
+    write_jsonl(tmp_path / "train.jsonl", train)
+    write_jsonl(tmp_path / "eval.jsonl", held)
+    err = _refused(
+        tmp_path, capsys, f"model.path={tiny}", "task.name=text", f"task.path={tmp_path / 'train.jsonl'}",
+        f"task.eval_path={tmp_path / 'eval.jsonl'}", "reward.user=[{fn: 'examples.addition.reward:addition_reward'}]",
+    )  # fmt: skip
+    assert "error: model.unknown_tokens: " in err and "2 prompts of" in err, err
+    assert f"training row 5, prompt '{train[5]['prompt']}'" in err, err
+    assert (
+        "'加' at character 0 encodes as the unknown token '<unk>'" in err
+        and "model.unknown_tokens=allow" in err
+    )

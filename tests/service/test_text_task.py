@@ -203,9 +203,9 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
         ),
         (
             ["task.path=x.jsonl"],
-            r"^task.path: 'x.jsonl' is not read by the fen task \(only by: text\); remove it",
+            r"^task.path: 'x.jsonl' is read only with task.name 'text' \(task.name is 'fen'\); remove it",
         ),
-        (["task.stop=[';']"], r"^task.stop: \[';'\] is not read by the fen task"),
+        (["task.stop=[';']"], r"^task.stop: \[';'\] is read only with task.name 'text'"),
         (
             ["task.name=text", "task.path=x.jsonl", "task.target_key=prompt", "reward.user=[{fn: f}]"],
             r"^task.target_key: 'prompt' is task.prompt_key too",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.config import ModelConfig, PrecisionConfig, TrainerConfig
+from trainer.config import BuiltinModelConfig, PrecisionConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.data.chess_games import Pair as P
 from trainer.engine import Trainer
@@ -40,7 +40,7 @@ BF16_REL_TOL = 1e-2
 
 def test_bf16_loss_agrees_with_fp32_on_cpu():
     torch.manual_seed(0)
-    model = GPT(ModelConfig(), TOK.vocab_size)
+    model = GPT(BuiltinModelConfig(), TOK.vocab_size)
     pairs = [
         P("e4 e5 Nf3", "rnbqkbnr/pppp1ppp/8/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R b KQkq - 1 2"),
         P("d4", "8/8 w - - 0 1"),

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.config import ModelConfig, TrainerConfig
+from trainer.config import BuiltinModelConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.engine import Trainer
 from trainer.policy.char_tokenizer import CharTokenizer
@@ -48,7 +48,7 @@ def test_batch_rejects_bad_input():
 
 def test_loss_sum_equals_cross_entropy_on_loss_tokens():
     torch.manual_seed(0)
-    model = GPT(ModelConfig(), TOK.vocab_size)
+    model = GPT(BuiltinModelConfig(), TOK.vocab_size)
     batch = build_sft_batch([P("e4", "ab"), P("d4 d5", "c")], TOK, "cpu", max_len=64)
     total = sft_loss_sum(model, batch)
     logits = model(batch.input_ids)

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from trainer.config import ModelConfig, SamplingConfig
+from trainer.config import BuiltinModelConfig, SamplingConfig
 from trainer.policy.base import Reference, Step, frozen_copy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -27,7 +27,7 @@ class BuiltinPolicy:
         self.module, self.tokenizer = model, tokenizer
 
     @classmethod
-    def create(cls, cfg: ModelConfig, tokenizer: CharTokenizer, seed: int) -> BuiltinPolicy:
+    def create(cls, cfg: BuiltinModelConfig, tokenizer: CharTokenizer, seed: int) -> BuiltinPolicy:
         """Freshly initialised weights drawn from `seed` (the global RNG is left untouched)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.config import ModelConfig
+from trainer.config import BuiltinModelConfig
 from trainer.policy.kv_cache import KVCache
 
 
@@ -37,7 +37,7 @@ def positions_from_mask(attn_mask: Tensor) -> Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: BuiltinModelConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
@@ -67,7 +67,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: BuiltinModelConfig) -> None:
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
@@ -78,7 +78,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: BuiltinModelConfig) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(config)
@@ -100,7 +100,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Decoder-only transformer over `vocab_size` token ids, at most `config.block_size` positions."""
 
-    def __init__(self, config: ModelConfig, vocab_size: int) -> None:
+    def __init__(self, config: BuiltinModelConfig, vocab_size: int) -> None:
         super().__init__()
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")

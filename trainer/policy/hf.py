@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from trainer.config import ModelConfig, SamplingConfig
+from trainer.config import HFModelConfig, SamplingConfig
 from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
 from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
@@ -78,11 +78,11 @@ class HFCausalLM(nn.Module):
         return out.logits
 
 
-def load_kwargs(cfg: ModelConfig) -> dict:
+def load_kwargs(cfg: HFModelConfig) -> dict:
     return {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
 
 
-def load_tokenizer(cfg: ModelConfig):
+def load_tokenizer(cfg: HFModelConfig):
     """The model's tokenizer, with a PAD token added when it has none."""
     tok = AutoTokenizer.from_pretrained(cfg.path, **load_kwargs(cfg))
     if tok.pad_token_id is None:
@@ -90,7 +90,7 @@ def load_tokenizer(cfg: ModelConfig):
     return tok
 
 
-def load_model(cfg: ModelConfig, vocab: int) -> nn.Module:
+def load_model(cfg: HFModelConfig, vocab: int) -> nn.Module:
     hf_logging.disable_progress_bar()  # a bar per load and save would flood job logs
     model = AutoModelForCausalLM.from_pretrained(
         cfg.path, dtype=torch.float32, attn_implementation=cfg.attn_implementation, **load_kwargs(cfg)
@@ -105,7 +105,7 @@ def load_model(cfg: ModelConfig, vocab: int) -> nn.Module:
     return model
 
 
-def _with_lora(model: nn.Module, cfg: ModelConfig) -> nn.Module:
+def _with_lora(model: nn.Module, cfg: HFModelConfig) -> nn.Module:
     try:
         from peft import LoraConfig, PeftModel, get_peft_model
     except ImportError:
@@ -135,13 +135,13 @@ class HFPolicy:
 
     positions_key = "the model's max_position_embeddings"
 
-    def __init__(self, model: nn.Module, tokenizer: HFTokenizer, cfg: ModelConfig) -> None:
+    def __init__(self, model: nn.Module, tokenizer: HFTokenizer, cfg: HFModelConfig) -> None:
         self.module = HFCausalLM(model)
         self.tokenizer, self.cfg = tokenizer, cfg
         _sync_special_ids(self.base_model, tokenizer.tok)
 
     @classmethod
-    def load(cls, cfg: ModelConfig, fmt: PromptFormat | None = None) -> HFPolicy:
+    def load(cls, cfg: HFModelConfig, fmt: PromptFormat | None = None) -> HFPolicy:
         tok = load_tokenizer(cfg)
         tokenizer = HFTokenizer(tok, fmt)
         return cls(load_model(cfg, len(tok)), tokenizer, cfg)

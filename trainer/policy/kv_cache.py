@@ -60,7 +60,7 @@ class KVCache:
         dtype: torch.dtype,
         static: bool = False,
     ) -> KVCache:
-        """A cache shaped for a GPT built from `config` (a trainer.config.ModelConfig)."""
+        """A cache shaped for a GPT built from `config` (a trainer.config.BuiltinModelConfig)."""
         return cls(
             config.n_layer,
             batch,

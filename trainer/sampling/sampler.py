@@ -2,7 +2,8 @@
 
 Prompts are left-padded to a common length P, so every row writes its next token to the same
 cache column and all shapes stay static while decoding. Each prompt is prefilled once and its
-keys/values copied to its K rows; then the N = B*K rows decode together. The loop keeps host
+keys/values copied to its K rows (`sampling.prefill=shared`; `per_row` prefills each row's own copy,
+the ablation); then the N = B*K rows decode together. The loop keeps host
 syncs out of the hot path: outputs are preallocated, the stop check runs every few steps on GPU,
 and EOS masking is done once at the end.
 """
@@ -169,6 +170,22 @@ def _assemble(
     )
 
 
+def _prefill(
+    policy: Policy, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int
+) -> tuple[Tensor, Step]:
+    """The decoder of `ids` `[B, P]`: the first logits `[B*K, V]` and the step.
+
+    sampling.prefill=shared prefills each prompt once and the decoder copies its cache to the K rows;
+    per_row repeats each prompt K times first, so every row prefills its own copy (rows come out in
+    the same order, group after group).
+    """
+    k = cfg.group_size
+    if cfg.prefill == "shared" or k == 1:
+        return policy.decoder(ids, mask, cfg, max_len)
+    single = cfg.model_copy(update={"group_size": 1})
+    return policy.decoder(ids.repeat_interleave(k, dim=0), mask.repeat_interleave(k, dim=0), single, max_len)
+
+
 def generate(
     model: Policy | GPT,
     prompts: Sequence[Sequence[int]],
@@ -203,7 +220,7 @@ def generate(
     ids, mask = left_pad(prompts, tokenizer.pad_id, device)
     max_len = ids.shape[1] + cfg.max_new_tokens
     with torch.no_grad(), eval_mode(policy.module):
-        first, step = policy.decoder(ids, mask, cfg, max_len)
+        first, step = _prefill(policy, ids, mask, cfg, max_len)
         tokens, logps = _decode_loop(
             first, step, cfg, tokenizer.eos_id, greedy, stop_at_eos, generator, row_keys
         )

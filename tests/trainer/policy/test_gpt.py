@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trainer.config import ModelConfig
+from trainer.config import BuiltinModelConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT, positions_from_mask
@@ -15,7 +15,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 def tiny(**kw) -> GPT:
     torch.manual_seed(0)
-    return GPT(ModelConfig(size="tiny", block_size=64, **kw), V).eval()
+    return GPT(BuiltinModelConfig(size="tiny", block_size=64, **kw), V).eval()
 
 
 def per_layer(c: int) -> int:
@@ -28,7 +28,7 @@ def per_layer(c: int) -> int:
 )
 def test_parameter_counts(size, non_embedding):
     with torch.device("meta"):
-        model = GPT(ModelConfig(size=size, block_size=256), V)
+        model = GPT(BuiltinModelConfig(size=size, block_size=256), V)
     c, n_layer = model.config.n_embd, model.config.n_layer
     assert model.num_params(non_embedding=True) == n_layer * per_layer(c) + 2 * c == non_embedding
     # Tied head: the token embedding is counted once.
@@ -127,7 +127,7 @@ def test_kv_cache_reads_only_written_columns_unless_static(static):
 
 
 def test_kv_cache_load_repeated_and_errors():
-    cfg = ModelConfig(size="tiny", block_size=64)
+    cfg = BuiltinModelConfig(size="tiny", block_size=64)
     prefix = KVCache.for_model(cfg, 2, 5, device="cpu", dtype=torch.float32)
     for t in prefix.k + prefix.v:
         t.normal_()
@@ -158,7 +158,7 @@ def test_too_long_sequence_is_a_clear_error():
     with pytest.raises(ValueError, match="exceeds block_size 64"):
         model(torch.zeros(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="vocab_size"):
-        GPT(ModelConfig(), 0)
+        GPT(BuiltinModelConfig(), 0)
 
 
 def test_gradient_checkpointing_gives_same_loss_and_grads():

@@ -6,11 +6,12 @@ import torch
 pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trainer.config import ModelConfig, SamplingConfig  # noqa: E402
+from trainer.config import HFModelConfig, SamplingConfig  # noqa: E402
 from trainer.policy.base import PromptFormat  # noqa: E402
 from trainer.policy.hf import HFPolicy  # noqa: E402
 from trainer.policy.hf_tiny import write_tiny_model  # noqa: E402
 from trainer.sampling.logprobs import completion_logprobs  # noqa: E402
+from trainer.sampling.row_noise import row_keys  # noqa: E402
 from trainer.sampling.sampler import generate  # noqa: E402
 
 PROMPTS = ["e4 e5 Nf3 Nc6 Bb5", "d4", "c4 e5 Nc3", "12+30="]
@@ -23,7 +24,7 @@ def policy(request, tmp_path_factory) -> HFPolicy:
     """Each architecture with each attention whose decode-step mask the policy builds itself."""
     arch, attention = request.param
     path = write_tiny_model(tmp_path_factory.mktemp(arch), arch, positions=128)
-    return HFPolicy.load(ModelConfig(source="hf", path=str(path), attn_implementation=attention))
+    return HFPolicy.load(HFModelConfig(source="hf", path=str(path), attn_implementation=attention))
 
 
 def _prompts(policy):
@@ -66,6 +67,23 @@ def test_logprobs_equal_log_softmax_of_the_model_on_each_unpadded_row(policy):
     torch.testing.assert_close(recomputed, r.old_logprobs, rtol=0, atol=1e-5)
 
 
+def test_per_row_prefill_samples_what_shared_prefill_samples(policy):
+    """sampling.prefill=per_row prefills each row's copy of its prompt; the samples are the same."""
+    keys = row_keys(5, 0, 0, len(PROMPTS), 3, torch.device("cpu"))
+    out = {
+        prefill: generate(
+            policy,
+            _prompts(policy),
+            SamplingConfig(group_size=3, max_new_tokens=12, prefill=prefill),
+            row_keys=keys,
+        )
+        for prefill in ("shared", "per_row")
+    }
+    assert torch.equal(out["per_row"].input_ids, out["shared"].input_ids)
+    assert torch.equal(out["per_row"].completion_mask, out["shared"].completion_mask)
+    torch.testing.assert_close(out["per_row"].old_logprobs, out["shared"].old_logprobs, rtol=0, atol=1e-6)
+
+
 def test_tokenizer_prompt_pair_and_decode(policy):
     tok = policy.tokenizer
     ids, mask = tok.encode_pair("d4", "rnb")
@@ -77,7 +95,7 @@ def test_tokenizer_prompt_pair_and_decode(policy):
 def test_chat_template_renders_system_and_user(tmp_path):
     path = write_tiny_model(tmp_path, "llama", positions=64)
     fmt = PromptFormat(chat_template=True, system="be brief")
-    tok = HFPolicy.load(ModelConfig(source="hf", path=str(path)), fmt).tokenizer
+    tok = HFPolicy.load(HFModelConfig(source="hf", path=str(path)), fmt).tokenizer
     assert tok.decode(tok.encode_prompt("d4")) == "system: be brief\nuser: d4\nassistant: "
 
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from trainer.config import ModelConfig, SamplingConfig
+from trainer.config import BuiltinModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -16,7 +16,7 @@ tok = CharTokenizer(CHESS_ALPHABET)
 
 def tiny() -> GPT:
     torch.manual_seed(0)
-    return GPT(ModelConfig(size="tiny", block_size=64), tok.vocab_size)
+    return GPT(BuiltinModelConfig(size="tiny", block_size=64), tok.vocab_size)
 
 
 def test_token_logprobs_matches_log_softmax_and_is_float32():

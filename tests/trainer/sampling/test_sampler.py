@@ -6,12 +6,13 @@ import torch
 import trainer.compile as compile_helper
 import trainer.policy.gpt_decoding as decoding_module
 from service.bench.sampling import MODES, SamplingPlan, measure_size
-from trainer.config import ModelConfig, SamplingConfig
+from trainer.config import BuiltinModelConfig, SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.policy.kv_cache import KVCache
 from trainer.sampling.logprobs import completion_logprobs
+from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, decode_step, generate, left_pad, sample_tokens
 
 tok = CharTokenizer(CHESS_ALPHABET)
@@ -23,7 +24,7 @@ PROMPTS = ["e4 e5 Nf3 Nc6 Bb5", "d4", "c4 e5 Nc3", "Nf3 d5 g3 Nf6 Bg2 e6 O-O"]
 def tiny(eos_boost: float = 0.0, seed: int = 0) -> GPT:
     """Random-init tiny model; eos_boost > 0 makes EOS likely, so rows stop at different steps."""
     torch.manual_seed(seed)
-    model = GPT(ModelConfig(size="tiny", block_size=96), tok.vocab_size)
+    model = GPT(BuiltinModelConfig(size="tiny", block_size=96), tok.vocab_size)
     if eos_boost:
         with torch.no_grad():
             w = model.transformer.wte.weight[tok.eos_id]
@@ -119,6 +120,34 @@ def test_generator_makes_sampling_reproducible():
     assert not torch.equal(a.input_ids, c.input_ids)
 
 
+@pytest.mark.parametrize("noise", ["generator", "row_keys"])
+def test_per_row_prefill_samples_what_shared_prefill_samples(noise):
+    """sampling.prefill=per_row (the ablation) and shared give the same rollout for the same seed.
+
+    The rows decode the same prompt cache either way; only the prefill's batch differs (B*K rows
+    instead of B), and a matmul kernel may round a row differently with another batch size (on CPU
+    here it does not), so tokens must match and log-probs agree to 1e-6.
+    """
+    model = tiny(eos_boost=1.5)
+    ps = prompts()
+    out = {}
+    for prefill in ("shared", "per_row"):
+        c = cfg(prefill=prefill, group_size=4, max_new_tokens=32)
+        if noise == "generator":
+            out[prefill] = generate(model, ps, c, tok, torch.Generator().manual_seed(11))
+        else:
+            keys = row_keys(11, 0, 0, len(ps), 4, torch.device("cpu"))
+            out[prefill] = generate(model, ps, c, tok, row_keys=keys)
+    shared, per_row = out["shared"], out["per_row"]
+    assert shared.completion_mask.any(1).all() and not shared.completion_mask.all()  # some rows stopped early
+    assert len({tuple(r) for r in shared.completion_ids.tolist()}) > len(ps)  # rows of a group differ
+    assert torch.equal(per_row.input_ids, shared.input_ids)
+    assert torch.equal(per_row.completion_mask, shared.completion_mask)
+    assert torch.equal(per_row.position_ids, shared.position_ids)
+    assert (per_row.prompt_len, per_row.group_size) == (shared.prompt_len, shared.group_size)
+    torch.testing.assert_close(per_row.old_logprobs, shared.old_logprobs, rtol=0, atol=1e-6)
+
+
 def test_sample_tokens_top_k_stays_in_top_k_and_reports_full_logprob():
     logits = torch.randn(2000, 20)
     tokens, logp = sample_tokens(logits, 0.5, 3, False, torch.Generator().manual_seed(0))
@@ -159,7 +188,7 @@ def test_bad_input_is_a_clear_error(prompt_list, kw, match):
 
 
 def test_vocab_mismatch_is_a_clear_error():
-    model = GPT(ModelConfig(size="tiny", block_size=96), tok.vocab_size + 1)
+    model = GPT(BuiltinModelConfig(size="tiny", block_size=96), tok.vocab_size + 1)
     with pytest.raises(ValueError, match="vocab_size"):
         generate(model, prompts(1), cfg(), tok)
 
