@@ -42,6 +42,7 @@ class Entry:
     type: str
     default: str
     description: str
+    selector: tuple[str, str, str] = ("", "", "")  # (dotted discriminator, its value, the default value)
 
     @property
     def section(self) -> str:
@@ -166,7 +167,18 @@ def _variant_name(model: type[BaseModel], discriminator: str) -> str:
     return f"{discriminator}: {value}"
 
 
-def entries(model: type[BaseModel] = ServiceConfig, prefix: str = "", variant: str = "") -> list[Entry]:
+def _default_variant(field: FieldInfo, discriminator: str) -> str:
+    """The discriminator's value in a union section's default ('' when the section has none)."""
+    default = field.default_factory() if field.default_factory is not None else field.default
+    return str(getattr(default, discriminator, "")) if isinstance(default, BaseModel) else ""
+
+
+def entries(
+    model: type[BaseModel] = ServiceConfig,
+    prefix: str = "",
+    variant: str = "",
+    selector: tuple[str, str, str] = ("", "", ""),
+) -> list[Entry]:
     """Every leaf key under `model`, in declaration order; a union section once per variant."""
     found: list[Entry] = []
     for name, field in model.model_fields.items():
@@ -174,15 +186,18 @@ def entries(model: type[BaseModel] = ServiceConfig, prefix: str = "", variant: s
         suffix, item_model = _container(field.annotation)
         models = _models_in(field.annotation)
         if item_model is not None:
-            found += entries(item_model, f"{key}{suffix}.", variant)
+            found += entries(item_model, f"{key}{suffix}.", variant, selector)
         elif len(models) > 1 and (discriminator := _discriminator(field)):
+            default = _default_variant(field, discriminator)
             for each in models:
-                found += entries(each, f"{key}.", _variant_name(each, discriminator))
+                name = _variant_name(each, discriminator)
+                chosen = (f"{key}.{discriminator}", name.split(": ", 1)[1], default)
+                found += entries(each, f"{key}.", name, chosen)
         elif models and not _allows_plain_values(field.annotation):
-            found += entries(models[0], f"{key}.", variant)
+            found += entries(models[0], f"{key}.", variant, selector)
         else:
             description = " ".join((field.description or "").split())
-            found.append(Entry(key, variant, _field_type(field), _default_text(field), description))
+            found.append(Entry(key, variant, _field_type(field), _default_text(field), description, selector))
     return found
 
 
@@ -216,9 +231,21 @@ def _cell(text: str) -> str:
 def _presets_of(entry: Entry, settings: Mapping[str, list[str]]) -> str:
     parts = entry.key.split(".")
     # a preset setting a whole mapping key (pool.resources) is shown on that key
-    return "; ".join(settings.get(entry.key, [])) or (
-        "; ".join(settings.get(".".join(parts[:-1]), [])) if entry.key.endswith("<name>") else ""
+    found = settings.get(entry.key, []) or (
+        settings.get(".".join(parts[:-1]), []) if entry.key.endswith("<name>") else []
     )
+    return "; ".join(s for s in found if _preset_has_variant(s.split(": ", 1)[0], entry.selector))
+
+
+def _preset_has_variant(preset: str, selector: tuple[str, str, str]) -> bool:
+    """Whether `preset` selects the variant an entry belongs to (every preset for a plain key)."""
+    key, value, default = selector
+    if not key:
+        return True
+    data: Any = PRESETS.get(preset, {})
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, Mapping) else None
+    return str(data if data is not None else default) == value
 
 
 def render_markdown(found: list[Entry] | None = None) -> str:
