@@ -1,4 +1,4 @@
-"""Screenshots for the README: the terminal during a demo run, and the run's report.html.
+"""Screenshots for the docs: the terminal during a demo run, and the run's report.html.
 
     python docs/screenshots.py [--preset demo] [--out docs]
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "service"))  # the headless Chromium helper the tests use
+sys.path.insert(0, str(REPO / "tests"))  # the headless Chromium helper the tests use
 
 from headless import headless_chromium  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The two chess components: FEN validity tiers (the FEN rules and python-chess) and Levenshtein similarity.
 
-Tiers (README, "FEN validity tiers", is the one table of them):
+Tiers (docs/concepts.md, "FEN validity tiers", is the one table of them):
 - `unparsable` (0.0): python-chess cannot read the position: the placement, side to move,
   castling letters (in any order) or en-passant field of the first four fields raise;
 - `invalid` (0.5): the position is read, but the string is not the FEN of a legal position:

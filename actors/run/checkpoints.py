@@ -4,7 +4,7 @@ Rank 0 writes the trainer state to a staging directory and hands it to the conte
 it as `<checkpoint root>/step_<N>` (Ray Train persists it; the local context copies it into
 place). A checkpoint the context accepted must then be on the storage, whole; any failure of the
 storage stops the run with one line saying what, where, why and the last good checkpoint (see
-README, "What survives what").
+docs/guides/faults.md, "What survives what").
 """
 
 from __future__ import annotations

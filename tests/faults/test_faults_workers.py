@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 300.0
 # Every 3 s one reward worker process is killed, the two in turn, each once it has been up for 5 s
 # (a restart takes 1-3 s on 2 busy CPUs): workers that keep dying while the run goes on. A storm
-# faster than restarts is another matter (see the README's table).
+# faster than restarts is another matter (see the table in docs/guides/faults.md).
 KILL_EVERY_S = 3.0
 MIN_UPTIME_S = 5.0
 

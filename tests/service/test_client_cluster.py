@@ -280,7 +280,7 @@ def test_cli_status_list_wait_and_errors(
 
 
 def test_ray_job_submit_runs_the_smoke_preset(cli_submission: CliSubmission):
-    """The README's `ray job submit` command, with the token in the environment as a user has it."""
+    """The documented `ray job submit` command (docs/guides/observability.md), with the token in the environment as a user has it."""
     returncode = cli_submission.process.wait(timeout=RUN_TIMEOUT_S)
     output = cli_submission.output.read_text()
     assert returncode == 0, output[-4000:]
