@@ -65,8 +65,11 @@ def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> lis
 def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
     names = ", ".join(s.fn for s in cfg.reward.user) or "the task's built-in reward only"
     statuses = ", ".join(f"{status} {count}" for status, count in trial.statuses.most_common())
+    rewards = f"rewards:      {names} (task {cfg.task.name})"
+    if trial.hung is not None and not trial.scored:  # nothing was measured: say where it stopped
+        return [rewards, f"sample:       stopped at {trial.hung_item()}: no result within {trial.hung:g}s"]
     lines = [
-        f"rewards:      {names} (task {cfg.task.name})",
+        rewards,
         f"sample:       {trial.scored} of {n} items, each scored {trial.repeats}x",
         f"cost/item:    p50 {_ms(trial.cost(0.5))}, p99 {_ms(trial.cost(0.99))}, "
         f"max {_ms(max(trial.costs_s, default=0.0))}, mean {_ms(trial.mean_cost)}",

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_c
 from actors.run.loop import LoopSpec
 from actors.run.omp_env import wait_policy_env
 from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
-from service.console import Console, Verbosity, make_console
+from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
 from service.preflight.relations import cpus_needed
@@ -79,26 +80,31 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     Unless `--verbose`, Ray's INFO lines are off and its chatter filtered (`service.console.ray_logs`).
     """
     verbose = getattr(console, "verbosity", None) is Verbosity.VERBOSE
+    quiet = getattr(console, "verbosity", None) is Verbosity.QUIET
     level = logging.INFO if verbose else logging.WARNING
     if not verbose:
         quiet_driver_loggers()
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_DEFAULT_S)  # a user's own value wins
+    if not is_terminal(sys.stdout):  # a job log or a file: Ray's worker-line prefixes without colour codes
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True, logging_level=level)
+        context = ray.init(address=address, log_to_driver=True, logging_level=level)
         started = False
     else:
         os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         # One node plays every role: it offers the custom resources and labels the run asks for.
-        ray.init(
+        context = ray.init(
             address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
             resources=custom_resources_needed(cfg) or None, labels=local_node_labels(cfg) or None,
             log_to_driver=True, logging_level=level,
         )  # fmt: skip
         started = True
     if not verbose:
-        filter_worker_lines(console.external_output)
+        filter_worker_lines(console.external_output, quiet=quiet)
+    if url := getattr(context, "dashboard_url", None):  # Ray's own line saying it is filtered above
+        console.header(f"[train] Ray dashboard: {url if '://' in url else 'http://' + url}")
     if not started:
         _warn_if_short(cfg, console)
     return started

@@ -171,6 +171,21 @@ def claim_run(cfg: ServiceConfig, *, resume: bool, log: Callable[[str], None]) -
     return lock
 
 
+RAY_WORKING_DIR_PART = "runtime_resources/working_dir_files"  # where `ray job submit --working-dir` unpacks
+
+
+def ephemeral_dir_warning(directory: Path) -> str | None:
+    """A warning when the run's records would land inside a Ray job's unpacked working directory,
+    which Ray deletes with its session (a relative --run-dir or the default runs/ under
+    `ray job submit --working-dir .`); None otherwise."""
+    if RAY_WORKING_DIR_PART not in directory.resolve().as_posix():
+        return None
+    return (
+        f"the run's records go to {str(directory)!r}, inside the Ray job's working directory, which Ray "
+        "deletes with its session; set run.storage_path (or an absolute --run-dir) to a lasting directory"
+    )
+
+
 def prepare_run_dir(cfg: ServiceConfig) -> Path:
     """Create the directory (and checkpoints/) and save the resolved config.yaml; returns the path."""
     directory = Path(cfg.run.run_dir)

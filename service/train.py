@@ -34,7 +34,7 @@ from service.loggers import missing_extras
 from service.model_checks import check_hf_model, prepare_model, run_rows
 from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
-from service.run_dir import claim_run, fresh_config, prepare_run_dir, resumed_config
+from service.run_dir import claim_run, ephemeral_dir_warning, fresh_config, prepare_run_dir, resumed_config
 from service.tasks import Task, build_task
 from trainer.data.pairs import Pair
 
@@ -142,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bad_config(exc)
         cfg = cfg.model_copy(update={"pool": pool})  # chunks fitted to the reward's measured cost
         console.header(f"[train] run {cfg.run.name} in {run_dir}{' (resume)' if args.resume else ''}")
+        if warning := ephemeral_dir_warning(run_dir):
+            console.warning(warning)
         console.detail("[train] resolved config:\n" + config_to_yaml(cfg).rstrip())
         return RunDriver(cfg, task, eval_set, train_pairs, console).run()
 

@@ -9,12 +9,14 @@ is filtered out (`service.console.ray_logs`) unless `--verbose` asks for it.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
 from service.console.base import Console, Verbosity
 from service.console.live import LiveConsole
 from service.console.plain import Cadence, PlainConsole
+from service.run_lock import RAY_JOB_CONFIG_ENV
 
 
 def is_terminal(out: TextIO) -> bool:
@@ -35,7 +37,9 @@ def make_console(
     out = out if out is not None else sys.stdout
     if is_terminal(out):
         return LiveConsole(out, verbosity)
-    return PlainConsole(out, verbosity, every_steps=every_steps, interval_s=interval_s)
+    # The client reads a Ray job's log through its records; elsewhere --quiet means the summary only.
+    records = verbosity is not Verbosity.QUIET or RAY_JOB_CONFIG_ENV in os.environ
+    return PlainConsole(out, verbosity, every_steps=every_steps, interval_s=interval_s, records=records)
 
 
 __all__ = ["Cadence", "Console", "LiveConsole", "PlainConsole", "Verbosity", "is_terminal", "make_console"]

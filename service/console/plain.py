@@ -4,7 +4,8 @@ A job log is read two ways: by a person (`ray job logs`, the dashboard) and by t
 knows a remote run only through it. So a progress line for the person and a `[grpo-progress]`
 record for the client are written together, at the same cadence: never more often than every
 `every_steps` steps and `interval_s` seconds, plus the first step, the first step of each phase
-and the last one. Evaluations and the summary always get both.
+and the last one. Evaluations and the summary always get both. `--quiet` outside a Ray job
+(stdout redirected to a file) drops the records too: no client reads them there.
 """
 
 from __future__ import annotations
@@ -58,9 +59,11 @@ class PlainConsole(LineWriter):
         verbosity: Verbosity = Verbosity.NORMAL,
         every_steps: int = 1,
         interval_s: float = 0.0,
+        records: bool = True,
     ):
         self.out = out if out is not None else sys.stdout
         self.verbosity = verbosity
+        self.records = records  # the machine-readable lines the client reads
         verbose = verbosity is Verbosity.VERBOSE
         self.cadence = Cadence(1 if verbose else every_steps, 0.0 if verbose else interval_s)
 
@@ -72,7 +75,7 @@ class PlainConsole(LineWriter):
             return
         if self.verbosity is not Verbosity.QUIET:
             self._write(lines.step_line(progress))
-        self._write(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+        self._record(PROGRESS_PREFIX, progress)
 
     def evaluation(self, progress: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         if self.verbosity is not Verbosity.QUIET:
@@ -80,12 +83,16 @@ class PlainConsole(LineWriter):
         if self.verbosity is Verbosity.VERBOSE:
             for line in lines.sample_lines(record):
                 self._write(line)
-        self._write(format_record(PROGRESS_PREFIX, json_safe(dict(progress))))
+        self._record(PROGRESS_PREFIX, progress)
 
     def summary(self, summary: Mapping[str, Any], reports: list[str]) -> None:
         for line in lines.summary_lines(summary, reports):
             self._write(line)
-        self._write(format_record(SUMMARY_PREFIX, json_safe(dict(summary))))
+        self._record(SUMMARY_PREFIX, summary)
+
+    def _record(self, prefix: str, record: Mapping[str, Any]) -> None:
+        if self.records:
+            self._write(format_record(prefix, json_safe(dict(record))))
 
     @contextlib.contextmanager
     def external_output(self) -> Iterator[None]:

@@ -41,15 +41,21 @@ _DRIVER_NOISE = (
 _RAY_PRINTER = "ray_print_logs"  # the name Ray registers its worker-line printer under
 
 
+# Our workers' informational lines (the placement decision): shown unless `--quiet`.
+INFO_LINE = re.compile(r"^\[(placement)\] ")
+
+
 def is_noise(line: str) -> bool:
     return any(pattern.search(line) for pattern in NOISE)
 
 
-def kept_lines(data: dict[str, Any]) -> list[str]:
-    """The lines of one forwarded batch a user should see."""
+def kept_lines(data: dict[str, Any], *, quiet: bool = False) -> list[str]:
+    """The lines of one forwarded batch a user should see (with `quiet`, not our info lines)."""
     if data.get("actor_name") in RAY_TRAIN_ACTORS:
         return []
-    return [line for line in data.get("lines", []) if not is_noise(line)]
+    return [
+        line for line in data.get("lines", []) if not is_noise(line) and not (quiet and INFO_LINE.match(line))
+    ]
 
 
 class _DriverNoise(logging.Filter):
@@ -63,8 +69,9 @@ def quiet_driver_loggers() -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_DriverNoise())
 
 
-def filter_worker_lines(around: Callable[[], AbstractContextManager[None]]) -> bool:
-    """After ray.init: drop noise from forwarded worker lines; print the rest inside `around()`.
+def filter_worker_lines(around: Callable[[], AbstractContextManager[None]], *, quiet: bool = False) -> bool:
+    """After ray.init: drop noise from forwarded worker lines (with `quiet`, our info lines too);
+    print the rest inside `around()`.
 
     Returns False (and changes nothing) when Ray's printer is not where this Ray version keeps it.
     """
@@ -78,7 +85,7 @@ def filter_worker_lines(around: Callable[[], AbstractContextManager[None]]) -> b
         return False
 
     def print_kept(data: dict[str, Any]) -> None:
-        kept = kept_lines(data)
+        kept = kept_lines(data, quiet=quiet)
         if kept:
             with around():
                 printer({**data, "lines": kept})

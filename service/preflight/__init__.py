@@ -43,8 +43,8 @@ def reward_problem(trial: TrialResult, deadline_s: float, error_rate_threshold: 
     """One line on a reward the run cannot use, from what the trial saw; None when usable."""
     if trial.hung is not None:
         return (
-            f"reward: one sample item took longer than {deadline_s:g}s, the pool's deadline for a call "
-            "(pool.chunk_timeout_s): every call holding it would be killed"
+            f"reward: {trial.hung_item()} did not return within {deadline_s:g}s, the pool's deadline "
+            "for a call (pool.chunk_timeout_s): every call holding it would be killed"
         )
     odd = next((r for r in trial.errors if "not a number" in r), None)
     if odd is not None:

@@ -50,6 +50,8 @@ class TrialResult:
     differing: int = 0  # items whose two scores differ
     repeats: int = 1
     hung: float | None = None  # seconds waited for an item that did not finish
+    hung_at: int | None = None  # that item's index in the sample
+    hung_completion: str = ""  # and its completion
 
     @property
     def scored(self) -> int:
@@ -59,6 +61,16 @@ class TrialResult:
     def mean_cost(self) -> float:
         """Seconds per item on average: what a call's length grows by per item."""
         return statistics.fmean(self.costs_s) if self.costs_s else 0.0
+
+    def stopped_at(self, index: int, item: TrialItem, deadline_s: float) -> TrialResult:
+        """The trial ended at `item`, which did not return within `deadline_s`."""
+        self.hung, self.hung_at, self.hung_completion = deadline_s, index, item.completion
+        return self
+
+    def hung_item(self) -> str:
+        """'sample item 3 (completion 'e4 e5…')' for the item that did not return."""
+        text = self.hung_completion if len(self.hung_completion) <= 40 else self.hung_completion[:40] + "…"
+        return f"sample item {(self.hung_at or 0) + 1} (completion {text!r})"
 
     def cost(self, q: float) -> float:
         """The q-quantile of the cost per item, in seconds (0 without items)."""
@@ -84,15 +96,13 @@ def run_trial(
     (an engine started, a model loaded) a worker pays once, not per item."""
     result = TrialResult(repeats=repeats)
     if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
-        result.hung = deadline_s
-        return result
-    for item in items:
+        return result.stopped_at(0, items[0], deadline_s)
+    for index, item in enumerate(items):
         outcomes = []
         for _ in range(repeats):
             done = _score_with_deadline(scorer, item, deadline_s)
             if done is None:
-                result.hung = deadline_s
-                return result
+                return result.stopped_at(index, item, deadline_s)
             outcome, cost = done
             outcomes.append(outcome)
             result.costs_s.append(cost)

@@ -70,3 +70,17 @@ def test_nan_on_a_third_of_items_is_refused_with_the_runs_numbers(capsys):
     verdict = out.splitlines()[-1]
     assert verdict.startswith("verdict:      refused: reward: ") and the_rule in verdict, verdict
     assert "returned non-finite nan" in verdict and "groups of 4 would be dropped" in out
+
+
+def test_a_reward_that_never_returns_is_named_and_nothing_unmeasured_is_printed(capsys):
+    sets = [
+        "--set",
+        "reward.user=[{fn: 'examples.rewards.misbehaving:slow'}]",
+        "--set",
+        "pool.chunk_timeout_s=0.05",
+    ]
+    assert main(["--preset", "smoke", "--n", "4", *sets]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("sample:       stopped at sample item 1 (completion ")
+    assert not any(line.startswith(("cost/item:", "statuses:", "failed:", "determinism:")) for line in out)
+    assert "did not return within 0.05s" in out[-1] and out[-1].startswith("verdict:      refused: ")

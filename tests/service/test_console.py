@@ -121,6 +121,37 @@ def test_make_console_picks_plain_lines_when_not_a_terminal():
     assert isinstance(make_console(out=io.StringIO()), PlainConsole)
 
 
+def _quiet_run_text(monkeypatch, job: bool) -> str:
+    if job:
+        monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"metadata": {"job_submission_id": "j1"}}')
+    else:
+        monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    out = io.StringIO()
+    console = make_console(Verbosity.QUIET, out)
+    console.step(_progress(1))
+    console.evaluation({"run_id": "r1", "step": 6, "phase": "eval", "exact_match": 0.25}, EVAL)
+    console.summary(SUMMARY, ["report.png"])
+    return out.getvalue()
+
+
+def test_quiet_output_redirected_outside_a_ray_job_has_no_records(monkeypatch):
+    text = _quiet_run_text(monkeypatch, job=False)
+    assert PROGRESS_PREFIX.strip() not in text and SUMMARY_PREFIX.strip() not in text
+    assert "succeeded" in text  # the summary lines stay
+    in_a_job = _quiet_run_text(monkeypatch, job=True)  # the client reads a job's log by its records
+    assert last_record(in_a_job, PROGRESS_PREFIX)["exact_match"] == 0.25
+    assert last_record(in_a_job, SUMMARY_PREFIX)["status"] == "succeeded"
+
+
+def test_quiet_drops_the_workers_placement_line_and_keeps_their_warnings():
+    worker = {"actor_name": "RayTrainWorker", "lines": [
+        "[placement] rewards scored in process: 0.02 ms an item",
+        "[train] warning: a reward call was killed",
+    ]}  # fmt: skip
+    assert kept_lines(worker) == worker["lines"]
+    assert kept_lines(worker, quiet=True) == ["[train] warning: a reward call was killed"]
+
+
 def test_ray_train_bookkeeping_and_report_lines_are_dropped_the_rest_kept():
     assert (
         kept_lines({"actor_name": "PlacementGroupCleaner", "lines": ["Traceback", "ConnectionError: x"]})
