@@ -87,6 +87,12 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("scorer_reward_retries", "pool", "chunks dispatched again after a fault", "retries"),
     _m("scorer_reward_deadline_kills", "pool", "workers killed for passing a deadline", "deadline_kills"),
     _m("scorer_worker_restarts", "pool", "reward worker restarts seen during the step", "worker_restarts"),
+    _m(
+        "scorer_worker_recycled",
+        "pool",
+        "reward workers replaced during the step for passing pool.max_worker_rss_mb",
+        "worker_recycled",
+    ),
     _m("scorer_reward_wait_s", "pool", "time blocked collecting the step's rewards", "wait_s"),
     _m("scorer_reward_items_per_s", "pool", "items the pool scored per second", "items_per_s"),
     _m(
@@ -109,6 +115,12 @@ STEP_METRICS: tuple[Metric, ...] = (
     ),
     _m("pool_workers", "pool", "reward workers of the pool", "workers"),
     _m("pool_workers_alive", "pool", "reward workers taking work at the end of the step", "workers_alive"),
+    _m(
+        "pool_worker_rss_mb_max",
+        "pool",
+        "largest resident memory (MB) of a reward worker after its last call, at the end of the step",
+        "worker_rss_mb_max",
+    ),
 )
 
 # Keys of an evaluation record (eval.jsonl): the held-out figures.
@@ -153,6 +165,18 @@ POOL_SERIES: dict[str, PoolSeries] = {
         PoolSeries("reward_pool_errors", "counter", "items with status error", per_worker=True),
         PoolSeries("reward_pool_timeouts", "counter", "calls that passed their deadline", per_worker=True),
         PoolSeries("reward_pool_worker_restarts", "counter", "worker processes restarted", per_worker=True),
+        PoolSeries(
+            "reward_pool_worker_recycled",
+            "counter",
+            "worker processes replaced past pool.max_worker_rss_mb",
+            per_worker=True,
+        ),
+        PoolSeries(
+            "reward_pool_worker_rss_mb",
+            "gauge",
+            "worker resident memory after its last call",
+            per_worker=True,
+        ),
         PoolSeries("reward_pool_retries", "counter", "chunks dispatched again after a fault"),
         PoolSeries("reward_pool_queue_depth", "gauge", "items queued or in flight"),
         PoolSeries("reward_pool_items_per_s", "gauge", "items scored per second (last 10 s)"),

@@ -87,6 +87,9 @@ def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
         f"determinism:  {trial.differing} of {trial.scored} items scored differently the second time"
         + (" (NOT deterministic)" if trial.differing else "")
     )
+    if trial.output_bytes:  # captured as a reward worker captures it: shown in a few lines, counted
+        head = " | ".join(line[:120] for line in trial.output.splitlines()[:3])
+        lines.append(f"output:       {trial.output_bytes} bytes printed by the rewards (captured): {head}")
     return lines + _pool_lines(cfg, chunks_for_cost(cfg.pool, trial.mean_cost), trial)
 
 

@@ -110,6 +110,9 @@ POOL_PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("Reward worker restarts", (
         (f"sum by (run_id, worker) ({_pool('reward_pool_worker_restarts')}{RUN})", "{{worker}}"),
     )),
+    PanelSpec("Reward worker memory (RSS after its last call)", (
+        (f"max by (run_id, worker) ({_pool('reward_pool_worker_rss_mb')}{RUN})", "{{worker}}"),
+    ), unit="mbytes", description="a line that only climbs is a reward leaking memory (pool.max_worker_rss_mb)"),
     PanelSpec("Time blocked waiting for rewards (p50, p95)", tuple(
         (f"histogram_quantile({q}, sum by (le, run_id) (rate({_pool('reward_pool_wait_s', '_bucket')}{RUN}[5m])))",
          f"p{int(q * 100)} {{{{run_id}}}}")

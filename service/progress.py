@@ -10,7 +10,8 @@ progress line, one per evaluation and one at the end (never on a terminal: see
 
 Progress keys: run_id, step, total_steps, phase ("sft" | "grpo" | "eval"), loss, reward_mean and
 kl (GRPO only), step_time_s, eta_s, and `pool` (the reward pool's health: workers, workers_alive,
-worker_restarts, timeouts, errors, retries, placement, as far as the records tell). An `eval`
+worker_restarts, timeouts, errors, retries, recycled, worker_rss_mb_max, placement, as far as the
+records tell). An `eval`
 record holds the held-out figures instead. Everything after the prefix is one JSON object.
 """
 
@@ -65,9 +66,15 @@ POOL_TOTALS = {
     "scorer_reward_errors": "errors",
     "scorer_reward_retries": "retries",
     "scorer_worker_restarts": "worker_restarts",
+    "scorer_worker_recycled": "recycled",
 }
 # Step-record keys whose latest value describes the pool now.
-POOL_LATEST = {"pool_workers": "workers", "pool_workers_alive": "workers_alive", "placement": "placement"}
+POOL_LATEST = {
+    "pool_workers": "workers",
+    "pool_workers_alive": "workers_alive",
+    "pool_worker_rss_mb_max": "worker_rss_mb_max",
+    "placement": "placement",
+}
 # Eval-record keys that are not held-out figures.
 _EVAL_NOT_FIGURES = frozenset({"step", "phase", "kind", "time", "samples", "eval_time_s"})
 

@@ -38,6 +38,7 @@ MODULE_TIERS: dict[str, str] = {
     "actors/pool/test_pool_deadlines.py": "ray",
     "actors/pool/test_pool_faults.py": "ray",
     "actors/pool/test_pool_waiting_rewards.py": "ray",
+    "actors/pool/test_pool_watch.py": "ray",
     "actors/pool/test_reward_pool.py": "ray",
     "service/test_train_smoke.py": "e2e",
     "service/test_train_hf.py": "e2e",

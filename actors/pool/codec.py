@@ -27,6 +27,10 @@ class EncodedResults:
     components: np.ndarray  # [n, C] float64; meaningful where present
     present: np.ndarray  # [n, C] bool: item i has component j
     reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
+    # What the worker's process reported with the results (set by the worker, not by `encode`):
+    worker_rss_mb: float | None = None  # its resident memory after the call
+    output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
+    output_bytes: int = 0  # every byte they printed, kept or not
 
     def __len__(self) -> int:
         return int(self.totals.shape[0])

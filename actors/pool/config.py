@@ -99,6 +99,25 @@ class PoolConfig(Frozen):
         ge=-1,
         description="Ray restarts of one worker actor (-1: unlimited; every deadline kill uses one)",
     )
+    max_worker_rss_mb: float | None = Field(
+        None,
+        gt=0.0,
+        description="a reward worker whose resident memory (RSS) passes this many MB after a call finishes "
+        "that call and is replaced by a fresh process, its work kept (as Celery's "
+        "worker_max_memory_per_child; counted as `recycled`); none: never",
+    )
+    rss_warn_growth_mb: float = Field(
+        256.0,
+        gt=0.0,
+        description="the console warns once about a reward worker whose RSS grew more than this many MB "
+        "above its first GRPO step's figure (a reward that leaks memory)",
+    )
+    rss_warn_rising_steps: int = Field(
+        8,
+        ge=2,
+        description="the console warns once about a reward worker whose RSS rose (by more than 4 MB) this "
+        "many GRPO steps in a row",
+    )
     poll_interval_s: float = Field(
         0.02, gt=0.0, le=1.0, description="the dispatcher's longest sleep between looks at finished calls"
     )

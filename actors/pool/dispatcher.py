@@ -3,7 +3,9 @@
 Why a background thread: scoring has to progress while the trainer is busy sampling the next
 micro-batch and not calling into the pool. The thread sits in one `ray.wait` over every call in
 flight (never `ray.get` in a loop), refills a worker the moment a call finishes, enforces each
-call's deadline, and brings killed workers back. `submit` also dispatches at once what fits, so
+call's deadline, and brings killed workers back. A worker whose resident memory passes
+`pool.max_worker_rss_mb` after a call takes no new calls, finishes those it has, and is then
+replaced by a fresh process (recycled). `submit` also dispatches at once what fits, so
 a chunk starts without waiting for the thread's next look. All state is guarded by one lock;
 Ray calls from two threads are safe.
 """
@@ -27,6 +29,7 @@ from actors.pool.metrics import PoolMetrics, RateWindow
 from actors.pool.node_resources import describe_placement
 from actors.pool.work import Chunk, Fault, after_fault
 from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
+from actors.pool.worker_watch import output_notice
 from rewards import ERROR
 
 logger = logging.getLogger(__name__)
@@ -55,7 +58,11 @@ class Dispatcher:
         self._died_pings: dict[int, int] = {}
         self._fatal: str | None = None
         self.restarts = 0
+        self.recycled = 0
         self.items_scored = 0
+        self.output_bytes = 0  # printed by the rewards on the workers (captured, not shown)
+        self._notices: list[str] = []  # one-off lines for the run's console, until taken
+        self._said_output = self._said_recycle = False
         self._rate = RateWindow()
         self._next_gauge_at = 0.0
         self._stop = threading.Event()
@@ -107,16 +114,26 @@ class Dispatcher:
                 "items_scored": self.items_scored,
                 "items_per_s": self._rate.rate(time.monotonic()),
                 "worker_restarts": self.restarts,
+                "recycled": self.recycled,
+                "output_bytes": self.output_bytes,
                 "workers": {
                     s.name: {
                         "state": s.state.value,
                         "pid": s.pid,
                         "restarts": s.restarts,
+                        "recycled": s.recycled,
+                        "rss_mb": s.rss_mb,
                         "calls": len(s.calls),
                     }
                     for s in self.slots
                 },
             }
+
+    def take_notices(self) -> list[str]:
+        """The one-off console lines (a reward's first output, the first recycle) not taken yet."""
+        with self._lock:
+            notices, self._notices = self._notices, []
+            return notices
 
     # ---- the thread -------------------------------------------------------------------------
 
@@ -185,7 +202,9 @@ class Dispatcher:
         free = [
             s
             for s in self.slots
-            if s.state is WorkerState.HEALTHY and len(s.calls) < self._cfg.max_in_flight_per_worker
+            if s.state is WorkerState.HEALTHY
+            and not s.recycling
+            and len(s.calls) < self._cfg.max_in_flight_per_worker
         ]
         return min(free, key=lambda s: (s.items_in_flight, len(s.calls), s.index), default=None)
 
@@ -209,6 +228,8 @@ class Dispatcher:
             self._take_down_locked(slot, Fault.DIED, now)  # forgets every call of the slot
             return
         self._finish_call_locked(slot, call, ok, value, now)
+        if slot.recycling and not slot.calls and slot.state is WorkerState.HEALTHY:
+            self._recycle_locked(slot, now)
 
     def _keep_finished_calls_locked(self, slot: WorkerSlot, now: float) -> None:
         """A worker runs its calls in order; the news of its death can overtake the result of a
@@ -236,12 +257,47 @@ class Dispatcher:
             bad = f"{type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}"
             value = failed_block(len(call.chunk), ERROR, f"worker {slot.name} returned {bad}")
         self._deliver_locked(call.chunk, value, now)
+        self._note_worker_locked(slot, value)
         self._metrics.scored(slot.name, len(value), count_status(value, ERROR))
         self._rate.add(now, len(value))
         self.items_scored += len(value)
 
     def _deliver_locked(self, chunk: Chunk, block: EncodedResults, now: float) -> None:
         chunk.ticket.add_block(chunk.ticket_offset, block, now)
+
+    def _note_worker_locked(self, slot: WorkerSlot, block: EncodedResults) -> None:
+        """What the worker reported beside the results: its memory, what its rewards printed."""
+        if block.output_bytes:
+            self.output_bytes += block.output_bytes
+            if not self._said_output:
+                self._said_output = True
+                self._notices.append(output_notice(slot.name, block.output, block.output_bytes))
+        if block.worker_rss_mb is None:
+            return
+        slot.rss_mb = block.worker_rss_mb
+        self._metrics.worker_rss(slot.name, block.worker_rss_mb)
+        limit = self._cfg.max_worker_rss_mb
+        if limit is not None and block.worker_rss_mb > limit and slot.state is WorkerState.HEALTHY:
+            slot.recycling = True  # no new calls; recycled once those it has are done
+
+    def _recycle_locked(self, slot: WorkerSlot, now: float) -> None:
+        """Replace an idle worker past pool.max_worker_rss_mb with a fresh process: nothing of it is
+        in flight here, so no item is lost (another pool client's call on it is re-dispatched)."""
+        rss, limit = slot.rss_mb or 0.0, self._cfg.max_worker_rss_mb
+        logger.info(
+            "reward worker %s: %.0f MB RSS > pool.max_worker_rss_mb=%g; recycling it", slot.name, rss, limit
+        )
+        self.recycled += 1
+        self._metrics.recycled(slot.name)
+        if not self._said_recycle:
+            self._said_recycle = True
+            self._notices.append(
+                f"[pool] reward worker {slot.name} (pid {slot.pid}) recycled: {rss:.0f} MB RSS after a call "
+                f"> pool.max_worker_rss_mb={limit:g}; its process was replaced by a fresh one, no work lost "
+                "(later recycles are counted in pool.recycled, not said)"
+            )
+        _kill(slot.handle, restart=True)
+        slot.recycle(now)
 
     def _check_deadlines_locked(self, now: float) -> None:
         for slot in self.slots:
@@ -291,11 +347,14 @@ class Dispatcher:
     def _on_ping_locked(self, slot: WorkerSlot, ok: bool, value: Any, now: float) -> None:
         slot.ping_ref = None
         if ok:
-            if slot.pid is not None and value != slot.pid:
+            if slot.recycled_pid is not None and value == slot.recycled_pid:
+                slot.next_ping_at = now + _PING_BACKOFF_S  # the recycled process has not gone yet
+                return
+            if slot.came_back(value):
                 slot.restarts += 1
                 self.restarts += 1
                 self._metrics.restarted(slot.name)
-            slot.pid, slot.state = value, WorkerState.HEALTHY
+            slot.state = WorkerState.HEALTHY
             self._died_pings.pop(slot.index, None)
             return
         # A worker that is restarting (a kill just before this pool attached, or one Ray is bringing

@@ -38,6 +38,8 @@ class PoolMetrics:
         self._errors = _metric("reward_pool_errors")
         self._timeouts = _metric("reward_pool_timeouts")
         self._restarts = _metric("reward_pool_worker_restarts")
+        self._recycled = _metric("reward_pool_worker_recycled")
+        self._rss = _metric("reward_pool_worker_rss_mb")
         self._retries = _metric("reward_pool_retries")
         self._queue = _metric("reward_pool_queue_depth")
         self._rate = _metric("reward_pool_items_per_s")
@@ -57,6 +59,12 @@ class PoolMetrics:
 
     def restarted(self, worker: str) -> None:
         self._restarts.inc(1, tags=self._tags(worker))
+
+    def recycled(self, worker: str) -> None:
+        self._recycled.inc(1, tags=self._tags(worker))
+
+    def worker_rss(self, worker: str, mb: float) -> None:
+        self._rss.set(mb, tags=self._tags(worker))
 
     def retried(self, chunks: int) -> None:
         if chunks:

@@ -3,9 +3,11 @@
     rewards = PlacedRewards(pool, scorer, "auto")      # a RewardSource, like the pool itself
     trainer.grpo_step(pairs, rewards)
 
-`auto` scores its first four steps on the pool and in process in turn, timing what each costs the
-step's critical path (the time spent in `submit` and `collect`) per item, and keeps the side whose
-cheaper step was cheaper.
+`auto` scores user rewards (`reward.user`) on the pool, always: their code may leak memory, print
+without end or crash its process, and in process that process is the trainer's (only `inline`
+runs them there). With the task's own built-in reward alone, `auto` scores its first four steps on
+the pool and in process in turn, timing what each costs the step's critical path (the time spent
+in `submit` and `collect`) per item, and keeps the side whose cheaper step was cheaper.
 While it runs it keeps timing the chosen side; when that cost moves by more than `RECHECK_RATIO`
 either way, it measures both sides again. Every decision is logged with its figures, and each
 step's stats carry `placement_inline` (1 or 0) and the two per-item costs last measured, which the
@@ -61,6 +63,12 @@ class PlacedRewards:
         self._inline_reasons: list[str] = []  # reasons of failed items scored in process this step
         self.failure_reasons: list[str] = []  # up to three reasons of the last collect's failed items
         self.decisions: list[dict[str, Any]] = []
+        user = [u.name for u in getattr(scorer, "user_rewards", ())]
+        if mode == "auto" and user:
+            self._pin(
+                f"user rewards ({', '.join(user)}) run on the pool, out of the trainer's process "
+                "(pool.placement: inline scores them in process)"
+            )
 
     def submit(self, completions: list[str], targets: list[Any], *, fields: list[Any] | None = None) -> Any:
         began = time.perf_counter()

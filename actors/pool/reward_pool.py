@@ -65,6 +65,7 @@ class RewardPool:
         self._pool_id = next(_pool_ids)
         self._owns_workers = owns_workers
         self._restarts_reported = 0
+        self._recycled_reported = 0
         self._metrics = PoolMetrics(run_id)
         now = time.monotonic()
         slots = [WorkerSlot(i, worker_name(cfg, i), h, now) for i, h in enumerate(handles)]
@@ -260,8 +261,9 @@ class RewardPool:
         return blocks, stats
 
     def _stats(self, tickets: list[Ticket], blocks: list[EncodedResults], waited: float) -> dict[str, float]:
-        restarts = self._dispatcher.restarts
+        restarts, recycled = self._dispatcher.restarts, self._dispatcher.recycled
         new_restarts, self._restarts_reported = restarts - self._restarts_reported, restarts
+        new_recycled, self._recycled_reported = recycled - self._recycled_reported, recycled
         # Additive numbers only: the trainer may sum the stats of several collections.
         return {
             "reward_items": float(sum(t.size for t in tickets)),
@@ -270,6 +272,7 @@ class RewardPool:
             "reward_retries": float(sum(t.retries for t in tickets)),
             "reward_deadline_kills": float(sum(t.deadline_kills for t in tickets)),
             "worker_restarts": float(new_restarts),
+            "worker_recycled": float(new_recycled),
             "reward_wait_s": waited,
         }
 
@@ -286,8 +289,18 @@ class RewardPool:
         return {name: w["pid"] for name, w in self.stats()["workers"].items()}
 
     def stats(self) -> dict[str, Any]:
-        """Live numbers: queued and in-flight items, items scored, restarts, each worker's state."""
+        """Live numbers: queued and in-flight items, items scored, restarts, recycles, each worker's
+        state and resident memory (MiB, after its last call through this pool)."""
         return self._dispatcher.snapshot()
+
+    def worker_rss_mb(self) -> dict[str, tuple[int | None, float | None]]:
+        """(process id, RSS MiB after its last call) of each worker, as this pool last heard."""
+        return {name: (w["pid"], w["rss_mb"]) for name, w in self.stats()["workers"].items()}
+
+    def take_notices(self) -> list[str]:
+        """Console lines said once per pool and not taken yet: the first lines a reward printed on a
+        worker (captured, capped), the first worker recycled past pool.max_worker_rss_mb."""
+        return self._dispatcher.take_notices()
 
     def shutdown(self) -> None:
         """Stop dispatching and, when this pool created them, kill the worker actors."""

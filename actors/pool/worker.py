@@ -2,11 +2,14 @@
 
 `RewardWorker` knows nothing of Ray; `RewardPool` applies `ray.remote(...).options(...)` to it with
 resources and names from `PoolConfig`. A call scores a slice of a chunk payload (so a retried or
-split chunk reuses the payload already in the object store) and returns compact columns.
+split chunk reuses the payload already in the object store) and returns compact columns, with the
+process's resident memory after the call and what the call's rewards printed (captured and capped,
+see worker_watch.py), which the pool reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -14,6 +17,7 @@ from typing import Any
 
 from actors.pool.codec import EncodedResults, encode, failed_block
 from actors.pool.waiting import WaitingRunner
+from actors.pool.worker_watch import capture_output, rss_mb
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
 
 # (completions, targets) of one chunk, or (completions, targets, fields) when its items carry data
@@ -55,19 +59,23 @@ class RewardWorker:
                 f"and {len(targets)} targets"
             )
         began, began_cpu = time.perf_counter(), time.thread_time()
-        try:
-            rows = None if fields is None else fields[lo:hi]
-            if self._runner is not None:
-                results = self._runner.score(self._scorer, completions[lo:hi], targets[lo:hi], rows)
-            else:
-                results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
-            encoded = encode(results)
-        except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
-            encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
+        # What the rewards print is kept (capped) and travels with the results, never to the log.
+        with capture_output() as output:
+            try:
+                rows = None if fields is None else fields[lo:hi]
+                if self._runner is not None:
+                    results = self._runner.score(self._scorer, completions[lo:hi], targets[lo:hi], rows)
+                else:
+                    results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
+                encoded = encode(results)
+            except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
+                encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
         self._busy_s += time.perf_counter() - began
         self._cpu_s += time.thread_time() - began_cpu
         self._items_scored += hi - lo
-        return encoded
+        return dataclasses.replace(
+            encoded, worker_rss_mb=rss_mb(), output=output.text(), output_bytes=output.written
+        )
 
     def ping(self) -> int:
         """The worker's process id: answers once the worker is up (a new id after a restart)."""
@@ -76,6 +84,10 @@ class RewardWorker:
     def items_scored(self) -> int:
         """Items scored by this process since it started."""
         return self._items_scored
+
+    def rss_mb(self) -> float | None:
+        """Resident memory of this process now, in MiB."""
+        return rss_mb()
 
     def timings(self) -> dict[str, float]:
         """Since this process started: items, wall seconds in score_chunk, CPU seconds it got."""

@@ -41,6 +41,10 @@ class WorkerSlot:
         self.ping_ref: Any = None
         self.next_ping_at = now
         self.dead_reason: str | None = None
+        self.rss_mb: float | None = None  # resident memory its process reported after its last call
+        self.recycling = False  # past pool.max_worker_rss_mb: takes no new calls, recycled once idle
+        self.recycled = 0
+        self.recycled_pid: int | None = None  # the process recycled, until its successor answers
 
     @property
     def items_in_flight(self) -> int:
@@ -69,3 +73,18 @@ class WorkerSlot:
         self.down_since = now
         self.next_ping_at = now
         self.ping_ref = None
+        self.recycling = False
+
+    def recycle(self, now: float) -> None:
+        """Its process is being replaced on purpose (killed idle, Ray starts a fresh one)."""
+        self.recycled += 1
+        self.recycled_pid, self.rss_mb = self.pid, None
+        self.go_down(now)
+
+    def came_back(self, pid: int) -> bool:
+        """Book the process answering now; True when it is a restart (a new process not recycled)."""
+        restarted = self.pid is not None and pid != self.pid and self.pid != self.recycled_pid
+        if pid != self.pid:
+            self.rss_mb = None
+        self.pid, self.recycled_pid = pid, None
+        return restarted

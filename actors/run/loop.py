@@ -31,6 +31,7 @@ from actors.pool.config import PoolConfig
 from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from actors.pool.worker_watch import RssWatch
 from actors.run.checkpoints import CheckpointWriter, load_verified
 from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, TRAIN_POLL_ENV
@@ -137,6 +138,10 @@ class WorkerLoop:
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._placed: PlacedRewards | None = None
+        pool_cfg = spec.pool
+        self._rss_watch = RssWatch(
+            pool_cfg.rss_warn_growth_mb, pool_cfg.rss_warn_rising_steps, pool_cfg.max_worker_rss_mb
+        )
         self._last_checkpoint = -1
         self._writer = CheckpointWriter(context, spec.checkpoint_dir)
         self._registered_through = 0  # the context already lists checkpoints named up to this step
@@ -193,7 +198,7 @@ class WorkerLoop:
             metrics = self.trainer.sft_step(pairs)
         else:
             metrics = self.trainer.grpo_step(pairs, self.rewards(), refill=lambda t: data.refill(step, t))
-            metrics.update(self._pool_health())
+            metrics.update(self._pool_health(step))
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
         return self.reward_failure(step, metrics) if phase == "grpo" else None
 
@@ -211,12 +216,22 @@ class WorkerLoop:
         reasons = [" ".join(r.split())[:200] for r in getattr(self.rewards(), "failure_reasons", [])]
         return f"reward error rate exceeded at step {step}: {problem}; first reasons: {reasons}"
 
-    def _pool_health(self) -> dict[str, float]:
-        """Reward workers this rank's pool front-end counts, and how many of them take work now."""
+    def _pool_health(self, step: int) -> dict[str, float]:
+        """Reward workers this rank's pool front-end counts, how many of them take work now and the
+        largest worker RSS; says once what the pool has to say (a reward's output, a recycle, a
+        worker whose memory keeps growing)."""
         if self.rank != 0:
             return {}
-        states = [w["state"] for w in self.pool().stats()["workers"].values()]
-        return {"pool_workers": float(len(states)), "pool_workers_alive": float(states.count("healthy"))}
+        pool = self.pool()
+        workers = pool.stats()["workers"].values()
+        states = [w["state"] for w in workers]
+        health = {"pool_workers": float(len(states)), "pool_workers_alive": float(states.count("healthy"))}
+        rss = [w["rss_mb"] for w in workers if w.get("rss_mb") is not None]
+        if rss:
+            health["pool_worker_rss_mb_max"] = round(max(rss), 1)
+        for line in [*pool.take_notices(), *self._rss_watch.observe(step, pool.worker_rss_mb())]:
+            self._say(line)
+        return health
 
     # ------------------------------------------------------------------ pieces
     def pool(self) -> RewardPool:

@@ -13,6 +13,11 @@
   reward whose service went away does; the preflight's few items pass.
 - `async_slow_one_in_six`: an `async def` reward that waits `SLOW_S` seconds on about one item in
   six (those whose text hashes to 1 mod 6) and answers the others at once.
+- `leaks_memory`: a correct reward that keeps `GRPO_EXAMPLE_LEAK_KB` KiB (default 1024) of every
+  item it scores for as long as its process lives, as a reward caching into a global does: a
+  worker's RSS grows step after step (`pool.max_worker_rss_mb` recycles it).
+- `prints_a_lot`: a correct reward that prints `GRPO_EXAMPLE_PRINT_KB` KiB (default 1024) of text
+  for every item, as a reward left with a debugging print of a whole board history does.
 """
 
 from __future__ import annotations
@@ -75,4 +80,19 @@ def breaks_after_calls(completion: str, target: str) -> float:
 async def async_slow_one_in_six(completion: str, target: str) -> float:
     if zlib.crc32(f"<{completion}>".encode()) % 6 == 1:
         await asyncio.sleep(SLOW_S)
+    return 1.0 if completion == target else 0.0
+
+
+_kept: list[bytes] = []
+
+
+def leaks_memory(completion: str, target: str) -> float:
+    _kept.append(b"\x01" * (int(os.environ.get("GRPO_EXAMPLE_LEAK_KB", "1024")) * 1024))  # pages touched
+    return 1.0 if completion == target else 0.0
+
+
+def prints_a_lot(completion: str, target: str) -> float:
+    kib = int(os.environ.get("GRPO_EXAMPLE_PRINT_KB", "1024"))
+    line = f"checking {completion[:40]!r} against {target[:40]!r} " + "." * 60 + "\n"
+    print(line * (kib * 1024 // len(line) + 1), end="")
     return 1.0 if completion == target else 0.0

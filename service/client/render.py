@@ -62,15 +62,18 @@ def status_table(status: RunStatus) -> str:
 
 
 def pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
-    """The reward pool's health: workers alive, restarts, timeouts, errors, the placement decision."""
+    """The reward pool's health: workers alive, restarts, recycles, timeouts, errors, the largest
+    worker RSS, the placement decision."""
     rows = []
     if "workers" in pool:
         rows.append(
             ("pool.workers", f"{_count(pool.get('workers_alive'))} of {_count(pool['workers'])} alive")
         )
-    for key in ("worker_restarts", "timeouts", "errors", "retries"):
+    for key in ("worker_restarts", "recycled", "timeouts", "errors", "retries"):
         if key in pool:
             rows.append((f"pool.{key}", _count(pool[key])))
+    if _is_number(pool.get("worker_rss_mb_max")):
+        rows.append(("pool.worker_rss_mb_max", f"{pool['worker_rss_mb_max']:.0f} MB"))
     if pool.get("placement") is not None:
         rows.append(("pool.placement", _placement(pool["placement"])))
     return rows

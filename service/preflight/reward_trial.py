@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.pool.worker_watch import capture_output
 from rewards import Scorer, ScoreResult
 from rewards.result import ERROR
 
@@ -52,6 +53,8 @@ class TrialResult:
     hung: float | None = None  # seconds waited for an item that did not finish
     hung_at: int | None = None  # that item's index in the sample
     hung_completion: str = ""  # and its completion
+    output: str = ""  # the first bytes the rewards printed (captured, as on a reward worker)
+    output_bytes: int = 0  # every byte they printed
 
     @property
     def scored(self) -> int:
@@ -95,6 +98,20 @@ def run_trial(
     The first item is scored once more before, untimed: what a reward sets up on its first call
     (an engine started, a model loaded) a worker pays once, not per item."""
     result = TrialResult(repeats=repeats)
+    with capture_output() as output:  # a reward printing per item must not flood this console
+        _trial(scorer, items, result, deadline_s, repeats, warm_up)
+    result.output, result.output_bytes = output.text(), output.written
+    return result
+
+
+def _trial(
+    scorer: Scorer,
+    items: Sequence[TrialItem],
+    result: TrialResult,
+    deadline_s: float,
+    repeats: int,
+    warm_up: bool,
+) -> TrialResult:
     if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
         return result.stopped_at(0, items[0], deadline_s)
     for index, item in enumerate(items):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from service.client import RunState
 from service.client.render import CLEAR_SCREEN, status_table, watch_frame
 from service.client.states import status_from_job
-from service.progress import PROGRESS_PREFIX, format_record
+from service.progress import PROGRESS_PREFIX, format_record, pool_totals
 
 POOL = {"workers": 4, "workers_alive": 3, "worker_restarts": 2, "timeouts": 1, "errors": 0, "retries": 1,
         "placement": {"reward_workers": "cpu nodes", "chunk_size": 2048}}  # fmt: skip
@@ -54,3 +54,16 @@ def test_a_watch_frame_says_when_and_ends_with_the_table():
     frame = watch_frame(status, 2.0, "12:00:05")
     assert frame.splitlines()[0] == "r1 at 12:00:05, every 2s (the run has ended)"
     assert frame.endswith(status_table(status)) and CLEAR_SCREEN.startswith("\x1b[H")
+
+
+def test_the_pool_health_carries_recycles_and_the_largest_worker_rss():
+    rows = [
+        {"step": 5, "phase": "grpo", "scorer_worker_recycled": 1.0, "pool_worker_rss_mb_max": 384.2},
+        {"step": 6, "phase": "grpo", "scorer_worker_recycled": 2.0, "pool_worker_rss_mb_max": 201.5},
+    ]
+    pool = pool_totals(rows)
+    assert pool["recycled"] == 3 and pool["worker_rss_mb_max"] == 201.5
+    step = {"run_id": "r1", "step": 6, "total_steps": 40, "phase": "grpo", "pool": {**POOL, **pool}}
+    table = status_table(status_from_job("r1", "RUNNING", None, format_record(PROGRESS_PREFIX, step)))
+    shown = dict(line.split(None, 1) for line in table.splitlines()[1:])
+    assert shown["pool.recycled"] == "3" and shown["pool.worker_rss_mb_max"] == "202 MB"

@@ -1,5 +1,6 @@
-"""pool.placement: auto measures both sides and keeps the cheaper; in process keeps the pool's
-statuses and guard, and a reward that overruns the deadline in process hands over to the pool."""
+"""pool.placement: auto measures both sides for the built-in reward and keeps the cheaper, and puts
+user rewards on the pool; in process keeps the pool's statuses and guard, and a reward that overruns
+the deadline in process hands over to the pool."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _steps(placed: PlacedRewards, batches, per_step: int = 2):
     return out
 
 
-def test_auto_keeps_the_fen_reward_in_process_and_a_waiting_reward_on_the_pool():
+def test_auto_keeps_the_fen_reward_in_process_and_a_user_reward_on_the_pool():
     batches = [realistic_batch(64, seed=s) for s in range(6)]
     lines: list[str] = []
     fen = Scorer()
@@ -51,8 +52,11 @@ def test_auto_keeps_the_fen_reward_in_process_and_a_waiting_reward_on_the_pool()
     with RewardPool.create(waiting, _cfg(concurrency_per_worker=64), run_id="place-io") as pool:
         placed = PlacedRewards(pool, waiting, "auto", log=lines.append)
         steps = _steps(placed, batches[:5])
-    assert [s.stats["placement_inline"] for s in steps] == [0.0, 1.0, 0.0, 1.0, 0.0]
-    assert placed.decisions[-1]["pool_ms_per_item"] < placed.decisions[-1]["inline_ms_per_item"]
+    # a user reward never runs in the trainer's process under auto: no probe in process, no measuring
+    assert [s.stats["placement_inline"] for s in steps] == [0.0] * 5
+    assert [d["where"] for d in placed.decisions] == ["pool"]
+    assert "user rewards (user_rewards:waits_20ms) run on the pool" in lines[-1]
+    assert "pool.placement: inline" in lines[-1]
 
 
 @pytest.mark.slow
