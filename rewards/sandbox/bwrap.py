@@ -1,0 +1,123 @@
+"""The command line of one execution: a shell that joins the cgroups, then bubblewrap, then prlimit.
+
+    sh -c LAUNCH  ->  writes its own pid into each cgroup.procs, then execs
+    bwrap ...     ->  new user/pid/net/ipc/uts/mount/cgroup namespaces, read-only system, private tmpfs
+    prlimit ...   ->  CPU seconds, address space, file size, open files, core 0, then execs the program
+
+The shell and bwrap start with an environment of PATH and LANG only (the sandbox can read bwrap's
+own environment at /proc/1/environ); the program's environment is set with --clearenv/--setenv.
+Nothing of the host's filesystem is visible but /usr (with the merged-/usr links), the interpreter's
+prefixes and two files of /etc, all read-only; the work directory, /tmp and /dev/shm are private tmpfs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path, PurePosixPath
+
+from rewards.sandbox.result import SandboxLimits
+
+WORKDIR = "/sandbox"  # the program's cwd: a fresh tmpfs holding the `files`
+PROGRAM = "/program/main.py"  # run_python's source, read-only, outside the work directory
+LAUNCHER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+SANDBOX_UID = 65534  # nobody, inside the user namespace
+
+# $1 is how many cgroup.procs files follow; the shell joins each before anything can fork.
+LAUNCH = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+)
+SYSTEM_ETC = ("/etc/ld.so.cache", "/etc/localtime")
+
+
+def interpreter_binds(python: str) -> list[str]:
+    """The prefixes an interpreter needs that /usr does not already hold (a venv, pyenv, conda)."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots.add(str(Path(python).parent.parent))
+    roots.add(str(Path(os.path.realpath(python)).parent.parent))
+    kept: list[str] = []
+    for root in sorted(os.path.realpath(r) for r in roots):
+        if root in ("/", "/usr") or root.startswith("/usr/"):
+            continue
+        if any(root == k or root.startswith(k + "/") for k in kept):
+            continue
+        kept.append(root)
+    return kept
+
+
+def system_binds() -> list[str]:
+    """/usr read-only, and /bin, /lib, /lib64, /sbin as the links (or directories) they are on the host."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in SYSTEM_ETC:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
+def check_file_name(name: str) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if str(path) in ("", ".") or path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"sandbox file names are relative paths inside the work directory, got {name!r}")
+    return path
+
+
+def bwrap_argv(
+    bwrap: str,
+    command: list[str],
+    *,
+    limits: SandboxLimits,
+    python: str,
+    status_fd: int,
+    files: dict[str, int],
+    program_fd: int | None,
+    address_space_mb: int,
+) -> list[str]:
+    """bwrap's argv; `files` maps work-directory names to readable fds (copied in by bwrap, then closed)."""
+    disk = str(limits.disk_mb << 20)
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--json-status-fd", str(status_fd)]
+    args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+    args += ["--unshare-user", "--disable-userns"]  # --unshare-all only tries a user namespace as root
+    args += system_binds()
+    for root in interpreter_binds(python):
+        args += ["--ro-bind", root, root]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for private in ("/tmp", "/dev/shm", WORKDIR):
+        args += ["--size", disk, "--tmpfs", private]
+    made: set[str] = set()
+    for name, fd in files.items():
+        path = check_file_name(name)
+        for parent in reversed(path.parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--dir", f"{WORKDIR}/{parent}"]
+        args += ["--file", str(fd), f"{WORKDIR}/{path}"]
+    if program_fd is not None:
+        args += ["--ro-bind-data", str(program_fd), PROGRAM]
+    args += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
+    env = {
+        "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKDIR,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": WORKDIR,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    cpu = max(1, int(-(-limits.cpu_s // 1)))  # whole seconds, rounded up
+    args += [
+        "--",
+        "/usr/bin/prlimit",
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--as={address_space_mb << 20}",
+        f"--fsize={limits.file_size_mb << 20}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+        "--",
+        *command,
+    ]
+    return args
