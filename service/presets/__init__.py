@@ -13,6 +13,9 @@ overrides go on top.
 - `hf-smoke` / `hf-demo`: the same two on a tiny `transformers` Llama-architecture model made in
   the run directory (model.source=hf): the whole HF pipeline ending with `export/`, and SFT then
   GRPO on the FEN task.
+- `code-smoke` / `code-demo`: the same two for the `code` task's bundled problems (a one-line lambda
+  run against assert lines in the sandbox, which they need); code-demo's GRPO aims to raise the
+  held-out pass@1 over its SFT start.
 
 A preset holds only what differs from the defaults of the typed configs, and is the same kind of
 YAML as a user's `--config` file (`python -m service.train --config service/presets/demo.yaml`
@@ -29,7 +32,9 @@ import yaml
 
 DEFAULT_PRESET = "demo"
 # The order presets are listed in (`--help`, errors); every YAML file of this folder is one.
-PRESET_NAMES = ("smoke", "demo", "gpt2-4090", "move-smoke", "move-demo", "hf-smoke", "hf-demo")
+PRESET_NAMES = (
+    "smoke", "demo", "gpt2-4090", "move-smoke", "move-demo", "hf-smoke", "hf-demo", "code-smoke", "code-demo"
+)  # fmt: skip
 
 
 def preset_path(name: str) -> Path:

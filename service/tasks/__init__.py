@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from service.tasks.base import Task
+from service.tasks.code import CodeTask
 from service.tasks.fen import FenTask
 from service.tasks.move import MoveTask
 from service.tasks.text import TextTask
@@ -16,7 +17,12 @@ from service.tasks.text import TextTask
 if TYPE_CHECKING:
     from service.config import ServiceConfig
 
-TASKS: dict[str, type[Task]] = {FenTask.name: FenTask, MoveTask.name: MoveTask, TextTask.name: TextTask}
+TASKS: dict[str, type[Task]] = {
+    FenTask.name: FenTask,
+    MoveTask.name: MoveTask,
+    TextTask.name: TextTask,
+    CodeTask.name: CodeTask,
+}
 
 
 def build_task(cfg: ServiceConfig) -> Task:
@@ -24,4 +30,4 @@ def build_task(cfg: ServiceConfig) -> Task:
     return TASKS[cfg.task.name].from_config(cfg)
 
 
-__all__ = ["TASKS", "FenTask", "MoveTask", "Task", "TextTask", "build_task"]
+__all__ = ["TASKS", "CodeTask", "FenTask", "MoveTask", "Task", "TextTask", "build_task"]

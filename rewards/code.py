@@ -1,0 +1,281 @@
+"""The `code` task's reward: a completion's program run against its tests in the sandbox.
+
+An item's tests come as its fields, in the shapes code data sets use:
+- assert lines (MBPP): `test_list`, with an optional `test_setup` run after the code;
+- a check function (HumanEval): `test` defines `check(candidate)`, `entry_point` names the
+  function; a completion that does not define that function continues `prompt` (its head);
+- stdin/stdout pairs: `tests: [{"input": ..., "output": ...}]`, the program run once per pair, its
+  output compared line by line with trailing spaces and blank lines dropped.
+
+The program is the completion's first fenced python block when it has one, else the whole
+completion. Every run goes through `rewards.sandbox` (own namespaces, no network, limits); nothing
+of a completion ever runs in this process. Assert lines are counted one by one by a small harness
+inside the sandbox; the check function is one test. The reward is the share of tests passed (or
+1/0 with all_or_nothing); a run that ends `failed` (the code itself raised), `timeout`, `memory`,
+`output_limit` or `killed` scores 0 with its status kept; `sandbox_error` is no score at all
+(the sandbox could not run it), raised as `SandboxFailure`.
+
+    code_reward(completion, test_list=["assert f(2) == 4"])   # a user reward taking row fields by name
+    CodeScorer(all_or_nothing=False)                           # the scorer of `task.name: code`
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from rewards.config import RewardConfig
+from rewards.result import INVALID, OK
+from rewards.scorer import Fields, Scorer, UserReward, ValidityFn
+
+SANDBOX_OK, SANDBOX_ERROR = "ok", "sandbox_error"
+# The fields a code item may carry (its tests, and the prompt a HumanEval completion continues).
+TEST_FIELDS = ("test_list", "test_setup", "test", "entry_point", "tests", "prompt")
+_PYTHON_INFO = ("python", "py", "python3")
+_DETAIL_CHARS = 300
+_MEMO_SIZE = 4096  # outcomes a scorer remembers
+_REPEATABLE = frozenset({SANDBOX_OK, "failed"})
+
+
+class SandboxFailure(RuntimeError):
+    """The sandbox could not run a program (`sandbox_error`): the item gets no reward, not a 0."""
+
+
+class CodeOutcome(NamedTuple):
+    """What running one completion against its tests showed."""
+
+    passed: int
+    total: int
+    status: str  # the sandbox's status of the run that decided it ("ok" when every run ended well)
+    detail: str = ""
+
+    def reward(self, all_or_nothing: bool = False) -> float:
+        """The share of tests passed (1/0 with all_or_nothing); 0 when a run did not end well."""
+        if self.status != SANDBOX_OK or self.total == 0:
+            return 0.0
+        if all_or_nothing:
+            return 1.0 if self.passed == self.total else 0.0
+        return self.passed / self.total
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of each ``` block, fences at the start of a line; an unclosed one runs to the end."""
+    blocks: list[tuple[str, str]] = []
+    info: str | None = None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        fence = line.lstrip().startswith("```")
+        if info is None and fence:
+            info, body = line.lstrip()[3:].strip().lower(), []
+        elif info is not None and fence:
+            blocks.append((info, "".join(body)))
+            info = None
+        elif info is not None:
+            body.append(line)
+    if info is not None:
+        blocks.append((info, "".join(body)))
+    return blocks
+
+
+def extract_code(completion: str) -> str:
+    """The first fenced python block (```python, ```py, ```python3), else the first bare ``` block,
+    else the whole completion."""
+    blocks = fenced_blocks(completion)
+    for wanted in (_PYTHON_INFO, ("",)):
+        for info, body in blocks:
+            if info in wanted:
+                return body
+    return completion
+
+
+def program_of(completion: str, prompt: str | None = None, entry_point: str | None = None) -> str:
+    """The code to run: the extracted block; a HumanEval body that does not define `entry_point`
+    continues `prompt`."""
+    code = extract_code(completion)
+    if entry_point and prompt and not re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.M):
+        return prompt + code
+    return code
+
+
+_HARNESS = """\
+import sys
+_g = {{"__name__": "__main__"}}
+try:
+    exec(compile({code!r}, "<completion>", "exec"), _g)
+    exec(compile({setup!r}, "<test_setup>", "exec"), _g)
+except BaseException as _e:
+    print("the code raised " + type(_e).__name__ + ": " + str(_e)[:200], file=sys.stderr)
+    sys.exit(1)
+_passed = 0
+for _t in {tests!r}:
+    try:
+        exec(compile(_t, "<test>", "exec"), _g)
+        _passed += 1
+    except BaseException as _e:
+        print("failed: " + _t[:100] + ": " + type(_e).__name__, file=sys.stderr)
+print({nonce!r}, _passed, flush=True)
+"""
+
+
+def assert_harness(code: str, tests: Sequence[str], setup: str, nonce: str) -> str:
+    """A program that runs `code`, then `setup`, then each test line, counting the ones that pass,
+    and prints `nonce passed` last (exit 1 when the code or setup itself raises)."""
+    return _HARNESS.format(code=code, setup=setup, tests=list(tests), nonce=nonce)
+
+
+def _run(source: str, stdin: str, limits: Any) -> Any:
+    from rewards.sandbox import run_python  # the sandbox loads with the first run, never at import
+
+    return run_python(source, stdin=stdin, limits=limits)
+
+
+def _detail(result: Any) -> str:
+    text = result.detail or result.stderr or ""
+    return str(text)[-_DETAIL_CHARS:]
+
+
+def _checked(result: Any) -> Any:
+    if result.status == SANDBOX_ERROR:
+        raise SandboxFailure(f"the sandbox could not run the program: {_detail(result)}")
+    return result
+
+
+def run_asserts(code: str, tests: Sequence[str], setup: str = "", limits: Any = None) -> CodeOutcome:
+    """Run `code` and count the assert lines that pass (one sandbox run)."""
+    nonce = secrets.token_hex(8)
+    result = _checked(_run(assert_harness(code, tests, setup, nonce), "", limits))
+    if result.status != SANDBOX_OK:
+        return CodeOutcome(0, len(tests), result.status, _detail(result))
+    for line in reversed(result.stdout.splitlines()):
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == nonce and parts[1].isdigit():
+            return CodeOutcome(min(int(parts[1]), len(tests)), len(tests), SANDBOX_OK)
+    return CodeOutcome(0, len(tests), SANDBOX_OK, "the program ended before its tests ran")
+
+
+def same_output(got: str, expected: str) -> bool:
+    """Outputs equal line by line, trailing spaces of each line and trailing blank lines dropped."""
+
+    def lines(text: str) -> list[str]:
+        out = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+        while out and not out[-1]:
+            out.pop()
+        return out
+
+    return lines(got) == lines(expected)
+
+
+def run_io(code: str, tests: Sequence[Mapping[str, str]], limits: Any = None) -> CodeOutcome:
+    """Run `code` once per {input, output} pair; the first run that does not end well decides."""
+    passed = 0
+    for case in tests:
+        result = _checked(_run(code, case["input"], limits))
+        if result.status != SANDBOX_OK:
+            return CodeOutcome(0, len(tests), result.status, _detail(result))
+        passed += same_output(result.stdout, case["output"])
+    return CodeOutcome(passed, len(tests), SANDBOX_OK)
+
+
+def run_tests(completion: str, fields: Mapping[str, Any], limits: Any = None) -> CodeOutcome:
+    """The completion's program against the item's tests (its fields, in one of the three shapes);
+    SandboxFailure on `sandbox_error`, ValueError for fields in none of the shapes."""
+    if fields.get("test_list") is not None:
+        code = extract_code(completion)
+        return run_asserts(code, fields["test_list"], fields.get("test_setup") or "", limits)
+    if fields.get("test") is not None and fields.get("entry_point"):
+        entry = fields["entry_point"]
+        code = program_of(completion, fields.get("prompt"), entry)
+        return run_asserts(code, [f"check({entry})"], fields["test"], limits)
+    if fields.get("tests") is not None:
+        return run_io(extract_code(completion), fields["tests"], limits)
+    raise ValueError("a code item needs test_list, test with entry_point, or tests ({input, output} pairs)")
+
+
+def code_reward(
+    completion: str,
+    prompt: str | None = None,
+    test_list: list[str] | None = None,
+    test_setup: str | None = None,
+    test_setup_code: str | None = None,
+    test: str | None = None,
+    entry_point: str | None = None,
+    tests: list[dict[str, str]] | None = None,
+) -> float:
+    """The share of the row's tests the completion passes, as a user reward (`reward.user: [{fn:
+    rewards.code:code_reward}]` on the text task takes the row's fields by name)."""
+    fields = {
+        "prompt": prompt,
+        "test_list": test_list,
+        "test_setup": test_setup if test_setup is not None else test_setup_code,
+        "test": test,
+        "entry_point": entry_point,
+        "tests": tests,
+    }
+    return run_tests(completion, fields).reward()
+
+
+class CodeScorer(Scorer):
+    """Scores completions by running them against each item's tests in the sandbox.
+
+    Components: `passed` and `total` (tests), and `sandbox_<status>` = 1 for the run's status.
+    Status `ok` when the program ran to its end, `invalid` (a usable 0) when it failed or hit a
+    limit, `error` (no reward) when the sandbox could not run it. User rewards add on top.
+    """
+
+    def __init__(self, config: RewardConfig | None = None, all_or_nothing: bool = False, limits: Any = None):
+        super().__init__(config)
+        self.all_or_nothing, self.limits = all_or_nothing, limits
+
+    @classmethod
+    def _rebuilt(
+        cls, config: RewardConfig, user: tuple[UserReward, ...], all_or_nothing: bool, limits: Any
+    ) -> CodeScorer:
+        scorer = cls._with_resolved(config, user)
+        scorer.all_or_nothing, scorer.limits = all_or_nothing, limits
+        return scorer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self)._rebuilt, (self.config, self._user, self.all_or_nothing, self.limits))
+
+    @property
+    def component_names(self) -> list[str]:
+        return ["passed", "total", *(u.name for u in self._user)]
+
+    def _target_ok(self, target: Any) -> bool:
+        return target is None or isinstance(target, str)
+
+    def _clean(self, completion: str) -> str:
+        """Trailing space and leading blank lines go; the first line's indentation stays (a body)."""
+        return re.sub(r"\A(?:[ \t]*\r?\n)+", "", completion.rstrip())
+
+    def _outcome(self, program: str, fields: Mapping[str, Any]) -> CodeOutcome:
+        """run_tests, remembered: a group's equal completions run once (a run that ended in time
+        repeats; one cut by a limit may not, so it is not kept)."""
+        memo = self.__dict__.setdefault("_memo", OrderedDict())
+        key = (program, json.dumps(fields, sort_keys=True, default=str))
+        found = memo.get(key)
+        if found is not None:
+            memo.move_to_end(key)
+            return found
+        outcome = run_tests(program, fields, self.limits)
+        if outcome.status in _REPEATABLE:
+            memo[key] = outcome
+            if len(memo) > _MEMO_SIZE:
+                memo.popitem(last=False)
+        return outcome
+
+    def _builtin(
+        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn
+    ) -> tuple[dict[str, float], float, str]:
+        outcome = self._outcome(c, fields or {})
+        components = {
+            "passed": float(outcome.passed),
+            "total": float(outcome.total),
+            f"sandbox_{outcome.status}": 1.0,
+        }
+        status = OK if outcome.status == SANDBOX_OK else INVALID
+        return components, outcome.reward(self.all_or_nothing), status
