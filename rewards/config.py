@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -26,7 +27,8 @@ class _Frozen(BaseModel):
 
 
 class UserRewardSpec(_Frozen):
-    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`.
+    """One user reward: `fn(completion, target) -> float`, added to the total times `weight`
+    (or a function written for TRL or verl, called as they call it: `style`).
 
     `fn` may be `async def` (its items are awaited side by side), or a class: built once per
     reward worker, its `setup()` called then, its `__call__` scoring, its `close()` called at the end.
@@ -37,6 +39,14 @@ class UserRewardSpec(_Frozen):
     threads: bool = Field(
         False,
         description="a plain reward that blocks on I/O: its items run on pool.concurrency_per_worker threads",
+    )
+    style: Literal["auto", "item", "trl", "verl"] = Field(
+        "auto",
+        description=(
+            "how fn is called: item (once per item: fn(completion, target), or by name), trl (once per "
+            "chunk with lists, as TRL's GRPOTrainer calls it), verl (compute_score(data_source, solution_str, "
+            "ground_truth, extra_info)); auto reads it from the signature (rewards/styles.py)"
+        ),
     )
 
     @field_validator("fn")

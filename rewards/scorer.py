@@ -21,7 +21,8 @@ from rewards.config import BUILTIN_COMPONENTS, RewardConfig, UserRewardSpec
 from rewards.fen import fen_validity, similarity
 from rewards.registry import RewardFn, resolve_reward
 from rewards.result import BAD_INPUT, ERROR, OK, SKIPPED, TOO_LONG, ScoreResult
-from rewards.signature import RewardParams, reward_args, reward_params
+from rewards.signature import RewardParams, reward_args
+from rewards.styles import TRL, VERL, RewardLog, read_style, trl_kwargs, trl_list, verl_kwargs, verl_value
 
 ValidityFn = Callable[[str], tuple[float, str]]
 Fields = Mapping[str, Any] | None  # an item's data fields, for user rewards that take them by name
@@ -39,8 +40,15 @@ class UserReward(NamedTuple):
     def resolve(spec: UserRewardSpec) -> UserReward:
         fn = resolve_reward(spec.fn)
         call = fn.__call__ if inspect.isclass(fn) else fn
-        is_async = inspect.iscoroutinefunction(call)
-        return UserReward(spec.fn, spec.weight, fn, reward_params(fn, spec.fn), is_async, spec.threads)
+        # an object whose __call__ is `async def` (TRL's callable-class rewards) is awaited too
+        is_async = inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)
+        params = read_style(fn, spec.style, spec.fn)
+        return UserReward(spec.fn, spec.weight, fn, params, is_async, spec.threads)
+
+    @property
+    def batched(self) -> bool:
+        """Called once per batch with lists (TRL's style; `rewards.styles`), not once per item."""
+        return self.params.style == TRL
 
     @property
     def concurrent(self) -> bool:
@@ -58,6 +66,8 @@ class RewardSkipped(UserRewardError):
 
 class Scorer:
     """Scores completions against target FENs with one `RewardConfig`."""
+
+    task_name = "fen"  # a verl-style reward's data_source when the item carries none
 
     def __init__(self, config: RewardConfig | None = None):
         if config is not None and not isinstance(config, RewardConfig):
@@ -82,6 +92,7 @@ class Scorer:
 
     def _init_cache(self) -> None:
         self._instances: dict[str, Any] = {}  # class rewards' objects, built in the process that scores
+        self.reward_log = RewardLog()  # what TRL- and verl-style rewards logged in this process
         size = self.config.cache_size
         self._cached_validity: ValidityFn = (
             functools.lru_cache(maxsize=size)(fen_validity) if size else fen_validity
@@ -115,16 +126,112 @@ class Scorer:
         return obj
 
     def call_user(self, user: UserReward, completion: str, target: Any, fields: Fields) -> float:
-        """One user reward's checked value for one item (an `async def` one runs to completion here)."""
+        """One user reward's checked value for one item (an `async def` one runs to completion here;
+        a TRL-style one is called with lists of one item)."""
+        if user.batched:
+            value = self.trl_values(user, [completion], [target], [fields])[0]
+            if isinstance(value, UserRewardError):
+                raise value
+            return value
         fn = self.reward_callable(user)
-        args, kwargs = user_args(user, completion, target, fields)
+        args, kwargs = self.item_args(user, completion, target, fields)
         try:
             value = fn(*args, **kwargs)
             if user.is_async:
                 value = asyncio.run(value)
         except Exception as exc:
             raise UserRewardError(f"user reward {user.name!r} raised {type(exc).__name__}: {exc}") from exc
-        return checked_value(user, value)
+        return self.item_value(user, value)
+
+    def item_args(
+        self, user: UserReward, completion: str, target: Any, fields: Fields
+    ) -> tuple[tuple, dict[str, Any]]:
+        """(args, kwargs) of a per-item reward's call (item or verl style)."""
+        if user.params.style != VERL:
+            return user_args(user, completion, target, fields)
+        try:
+            return (), verl_kwargs(user.params, completion, target, fields, self.task_name)
+        except KeyError as exc:
+            raise UserRewardError(
+                f"user reward {user.name!r} needs {exc.args[0]!r}, which this item lacks"
+            ) from None
+
+    def item_value(self, user: UserReward, raw: Any) -> float:
+        """A per-item reward's result checked (a verl-style dict gives its `score`)."""
+        if user.params.style == VERL:
+            try:
+                raw, extras = verl_value(raw)
+            except ValueError as exc:
+                raise UserRewardError(f"user reward {user.name!r} {exc}") from None
+            for key, value in extras.items():
+                self.reward_log.record(f"{user.name}/{key}", value)
+        return checked_value(user, raw)
+
+    def rewarded(self, completions: list[Any], targets: list[Any]) -> list[int]:
+        """Indices of the items the user rewards see (the others end bad_input or too_long first)."""
+        return [
+            i
+            for i, (c, t) in enumerate(zip(completions, targets, strict=True))
+            if isinstance(c, str) and self._target_ok(t) and len(self._clean(c)) <= self.config.max_chars
+        ]
+
+    def trl_call(
+        self, user: UserReward, completions: list[str], targets: list[Any], rows: list[Fields]
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """The callable and keyword arguments of one TRL-style call (UserRewardError: a column lacks)."""
+        try:
+            kwargs = trl_kwargs(user.params, completions, targets, rows, self.reward_log, user.name)
+        except KeyError as exc:
+            raise UserRewardError(
+                f"user reward {user.name!r} needs {exc.args[0]!r}, which an item of this call lacks"
+            ) from None
+        return self.reward_callable(user), kwargs
+
+    def trl_checked(self, user: UserReward, raw: Any, n: int) -> list[float | UserRewardError]:
+        """Per item: the float, RewardSkipped for None; every item's UserRewardError for a bad list."""
+        try:
+            values = trl_list(raw, n)
+        except ValueError as exc:
+            return [UserRewardError(f"user reward {user.name!r} {exc}") for _ in range(n)]
+        return [
+            RewardSkipped(f"user reward {user.name!r} returned None for this item: it is skipped")
+            if v is None
+            else v
+            for v in values
+        ]
+
+    def trl_values(
+        self, user: UserReward, completions: list[str], targets: list[Any], rows: list[Fields]
+    ) -> list[float | UserRewardError]:
+        """One TRL-style call over these (cleaned) items: each item's value or its UserRewardError."""
+        n = len(completions)
+        try:
+            fn, kwargs = self.trl_call(user, completions, targets, rows)
+            raw = fn(**kwargs)
+            if user.is_async:
+                raw = asyncio.run(raw)
+        except UserRewardError as exc:
+            return [UserRewardError(str(exc)) for _ in range(n)]
+        except Exception as exc:
+            why = f"user reward {user.name!r} raised {type(exc).__name__}: {exc}"
+            return [UserRewardError(why) for _ in range(n)]
+        return self.trl_checked(user, raw, n)
+
+    def batch_done(
+        self, completions: list[Any], targets: list[Any], rows: list[Fields]
+    ) -> list[dict[str, Any]]:
+        """The values of the TRL-style rewards, one call each over the batch, as `done` per item."""
+        done: list[dict[str, Any]] = [{} for _ in completions]
+        batched = [u for u in self._user if u.batched]
+        index = self.rewarded(completions, targets) if batched else []
+        if not index:
+            return done
+        cleaned = [self._clean(completions[i]) for i in index]
+        for user in batched:
+            values = self.trl_values(user, cleaned, [targets[i] for i in index], [rows[i] for i in index])
+            for i, value in zip(index, values, strict=True):
+                done[i][user.name] = value
+        return done
 
     @property
     def concurrent(self) -> bool:
@@ -176,8 +283,10 @@ class Scorer:
         if len(rows) != len(completions):
             raise ValueError(f"score_batch got {len(rows)} field rows for {len(completions)} completions")
         validity = self._cached_validity
+        done = self.batch_done(completions, targets, rows)
         return [
-            self._score_one(c, t, f, validity) for c, t, f in zip(completions, targets, rows, strict=True)
+            self._score_one(c, t, f, validity, d)
+            for c, t, f, d in zip(completions, targets, rows, done, strict=True)
         ]
 
     def _score_one(
@@ -193,7 +302,7 @@ class Scorer:
             bad = completion if which == "completion" else target
             return ScoreResult.failed(BAD_INPUT, f"{which} must be a str, got {type(bad).__name__}")
         try:
-            return self._score_str(completion.strip(), target, fields, validity_fn, done or {})
+            return self._score_str(self._clean(completion), target, fields, validity_fn, done or {})
         except RewardSkipped as exc:  # the reward declines to judge this item: no reward, never a 0
             return ScoreResult.failed(SKIPPED, str(exc))
         except UserRewardError as exc:
@@ -203,6 +312,10 @@ class Scorer:
 
     def _target_ok(self, target: Any) -> bool:
         return isinstance(target, str)
+
+    def _clean(self, completion: str) -> str:
+        """The completion as the components see it: stripped (code keeps its indentation)."""
+        return completion.strip()
 
     def _score_str(
         self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn, done: Mapping[str, Any]
@@ -249,6 +362,8 @@ class UserRewardScorer(Scorer):
     @property
     def component_names(self) -> list[str]:
         return [u.name for u in self._user]
+
+    task_name = "text"
 
     def _target_ok(self, target: Any) -> bool:
         return target is None or isinstance(target, str)

@@ -33,6 +33,8 @@ class RewardParams(NamedTuple):
     fields: tuple[str, ...]  # by name: the other parameters (prompt, row fields)
     required: tuple[str, ...]  # the fields and target among them without a default
     any_field: bool  # by name: it takes **kwargs, so every field the item carries
+    style: str = "item"  # item (the two conventions above), trl or verl (`rewards.styles`)
+    given: tuple[str, ...] = ()  # trl/verl: the arguments of that convention the function accepts
 
 
 POSITIONAL = RewardParams(by_name=False, takes_target=True, fields=(), required=(TARGET,), any_field=False)

@@ -61,9 +61,13 @@ class TextTaskConfig(_TaskBase):
     """`name: text`: prompts (and optional targets) from JSONL rows, scored by the user rewards alone."""
 
     name: Literal["text"] = Field("text", description="text: JSONL rows scored by reward.user")
-    path: str | None = Field(None, description="JSONL file of training rows (required)")
+    path: str | None = Field(
+        None,
+        description="training rows (required): a JSONL file, a .parquet file (verl's) or a save_to_disk directory",
+    )
     eval_path: str | None = Field(
-        None, description="JSONL file of held-out rows (default: data.eval_size prompts split off path)"
+        None,
+        description="held-out rows, in any form path takes (default: data.eval_size prompts split off path)",
     )
     prompt_key: str = Field("prompt", min_length=1, description="the row key holding the prompt")
     target_key: str = Field(
@@ -81,6 +85,32 @@ class TextTaskConfig(_TaskBase):
         return value
 
 
+class CodeTaskConfig(TextTaskConfig):
+    """`name: code`: a prompt -> a program, run against the row's tests in the sandbox."""
+
+    name: Literal["code"] = Field("code", description="code: a program, run against tests in the sandbox")
+    path: str | None = Field(
+        None,
+        description="JSONL file of problems (prompt, optional target, and test_list, test with entry_point, "
+        "or tests); unset: the bundled integer-function problems",
+    )
+    target_key: str = Field(
+        "target",
+        min_length=1,
+        description="the row key holding the SFT answer, a program (optional in a row)",
+    )
+    all_or_nothing: bool = Field(
+        False, description="reward 1 only when every test passes (else 0); false: the share of tests passed"
+    )
+    train_problems: int = Field(
+        2000, ge=1, description="bundled problems (no path): distinct training problems generated (data.seed)"
+    )
+    time_limit_s: float = Field(
+        5.0, gt=0.0, description="wall-clock and CPU seconds of one sandboxed run (past it: status timeout)"
+    )
+    memory_mb: int = Field(512, ge=16, description="memory of one sandboxed run (past it: status memory)")
+
+
 # The run's task, by `task.name` (fen when absent); `service.tasks.TASKS` holds a task for each name.
-TaskConfig = tagged_union("name", "fen", FenTaskConfig, MoveTaskConfig, TextTaskConfig)
-TASK_CONFIGS = {"fen": FenTaskConfig, "move": MoveTaskConfig, "text": TextTaskConfig}
+TaskConfig = tagged_union("name", "fen", FenTaskConfig, MoveTaskConfig, TextTaskConfig, CodeTaskConfig)
+TASK_CONFIGS = {"fen": FenTaskConfig, "move": MoveTaskConfig, "text": TextTaskConfig, "code": CodeTaskConfig}

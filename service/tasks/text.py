@@ -1,4 +1,5 @@
-"""The generic `text` task: prompts (and optional targets) from JSONL, scored by the user rewards alone.
+"""The generic `text` task: prompts (and optional targets) from JSONL (or Parquet, or a dataset saved
+with `save_to_disk`: `service.tasks.text_files`), scored by the user rewards alone.
 
     task: {name: text, path: train.jsonl, eval_path: held_out.jsonl, prompt_key: prompt,
            target_key: target, stop: ["\n\n"]}
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rewards import Scorer, UserRewardScorer
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task, check_reward_fields
+from service.tasks.text_files import load_rows
 from trainer.data.pairs import DataFileError, FieldPair, file_stream
-from trainer.data.text_rows import TextRow, load_text_rows, split_held_out, without_prompts
+from trainer.data.text_rows import TextRow, split_held_out, without_prompts
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
@@ -140,7 +142,7 @@ class TextTask(Task):
 
 def _load(path: str | None, key: str, prompt_key: str, target_key: str) -> list[TextRow]:
     try:
-        return load_text_rows(str(path), prompt_key, target_key)
+        return load_rows(str(path), prompt_key, target_key)
     except DataFileError as exc:
         raise ValueError(f"{key}: {exc}") from None
 

@@ -148,4 +148,7 @@ def test_leaf_keys_name_the_variant_of_each_key():
     for key, variant, _ in leaf_keys(ServiceConfig):
         variants.setdefault(key, set()).add(variant)
     assert variants["model.block_size"] == {"model.source=builtin", "model.source=hf"}  # shared
-    assert variants["model.size"] == {"model.source=builtin"} and variants["task.stop"] == {"task.name=text"}
+    assert variants["model.size"] == {"model.source=builtin"} and variants["task.stop"] == {
+        "task.name=text",
+        "task.name=code",
+    }

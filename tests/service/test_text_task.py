@@ -203,7 +203,7 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
         ),
         (
             ["task.path=x.jsonl"],
-            r"^task.path: 'x.jsonl' is read only with task.name 'text' \(task.name is 'fen'\); remove it",
+            r"^task.path: 'x.jsonl' is read only with task.name 'text', 'code' \(task.name is 'fen'\); remove it",
         ),
         (["task.stop=[';']"], r"^task.stop: \[';'\] is read only with task.name 'text'"),
         (

@@ -3,9 +3,14 @@
     {"prompt": "12+30=", "target": "42", "a": 12, "b": 30}
 
 The prompt and target keys are configurable. Every key of a row is a field a user reward may take
-by name, and so is `prompt` (the prompt text, whatever its key); `completion` and `target` are the
-reward's own arguments, so a row key with one of those names is not a field. A file is loaded
-whole or refused: its first bad row is reported as "file:line: reason" with the count of the others.
+by name, and so is `prompt` (the prompt as the row gives it, whatever its key); `completion` and
+`target` are the reward's own arguments, so a row key with one of those names is not a field. A file
+is loaded whole or refused: its first bad row is reported as "file:line: reason" with the count of
+the others.
+
+verl's rows are read too: a prompt may be a list of chat messages (`[{"role": "user", "content":
+...}]`; the policy is given the text of the last user message, the `prompt` field keeps the list),
+and a row without the target key takes `reward_model.ground_truth` as its target.
 """
 
 from __future__ import annotations
@@ -32,14 +37,52 @@ def _row(record: dict[str, Any], prompt_key: str, target_key: str, where: str) -
     """The row of one JSON object, or the reason it cannot be one."""
     if prompt_key not in record:
         return f"missing {prompt_key!r} (task.prompt_key)"
-    prompt, target = record[prompt_key], record.get(target_key)
+    given, target = record[prompt_key], record.get(target_key)
+    prompt = last_user_message(given) if isinstance(given, list) else given
+    if isinstance(given, list) and prompt is None:
+        return f"{prompt_key!r}: a list of chat messages needs a user message with text content"
     if not isinstance(prompt, str):
         return f"{prompt_key!r} must be a string, got {type(prompt).__name__}"
+    reward_model = record.get("reward_model")
+    if target is None and target_key not in record and isinstance(reward_model, dict):
+        target = reward_model.get("ground_truth")  # verl's rows
     if target is not None and not isinstance(target, str):
         return f"{target_key!r} must be a string or null, got {type(target).__name__}"
     fields = {k: v for k, v in record.items() if k not in RESERVED_FIELDS}
-    fields[PROMPT_FIELD] = prompt
+    fields[PROMPT_FIELD] = given
     return TextRow(prompt, target, fields, where)
+
+
+def last_user_message(messages: list[Any]) -> str | None:
+    """The text of the last `{"role": "user", "content": str}` of a chat, or None."""
+    for message in reversed(messages):
+        if (
+            isinstance(message, dict)
+            and message.get("role") == "user"
+            and isinstance(message.get("content"), str)
+        ):
+            return message["content"]
+    return None
+
+
+def rows_of_records(
+    records: Sequence[dict[str, Any]], path: str, prompt_key: str = "prompt", target_key: str = "target"
+) -> list[TextRow]:
+    """The rows of records read from a table (`path` names it in messages, "path:row N");
+    DataFileError naming the first bad row."""
+    errors, rows = RecordErrors(path, strict=False), []
+    for number, record in enumerate(records, start=1):
+        row = _row(record, prompt_key, target_key, f"{path}:{number}")
+        if isinstance(row, str):
+            errors.add(number, row)
+        else:
+            rows.append(row)
+    if errors.count:
+        more = f" (and {errors.count - 1} more bad rows)" if errors.count > 1 else ""
+        raise DataFileError(errors.messages[0] + more)
+    if not rows:
+        raise DataFileError(f"{path}: holds no rows")
+    return rows
 
 
 def load_text_rows(path: str | Path, prompt_key: str = "prompt", target_key: str = "target") -> list[TextRow]:

@@ -1,0 +1,221 @@
+"""Rewards written for TRL and verl, used unchanged: the style read from the signature, the calls
+made as those trainers make them, and statuses for what they return (`rewards/styles.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rewards import ERROR, OK, SKIPPED, TIMEOUT, RewardConfig, RewardSpecError, UserRewardScorer
+from rewards.concurrent import score_batch_concurrent
+
+trl_rewards = pytest.importorskip("trl.rewards")
+EX = "examples.rewards.trl_verl"
+CHAT = [{"role": "user", "content": "abc"}]
+
+
+def scorer(fn: str, **spec) -> UserRewardScorer:
+    return UserRewardScorer(RewardConfig(user=[{"fn": fn, **spec}]))
+
+
+def statuses(results) -> list[str]:
+    return [r.status for r in results]
+
+
+@pytest.mark.parametrize(
+    ("fn", "style"),
+    [
+        (f"{EX}:reverse_reward", "trl"),
+        (f"{EX}:compute_score", "verl"),
+        ("trl.rewards:think_format_reward", "trl"),
+        ("examples.addition.reward:addition_reward", "item"),
+        ("Levenshtein:ratio", "item"),  # fn(s1, s2) is fn(completion, target), positionally
+    ],
+)
+def test_auto_reads_the_style_from_the_signature(fn, style):
+    assert scorer(fn).user_rewards[0].params.style == style
+
+
+def test_trls_own_think_format_reward_runs_unchanged_on_chat_prompts():
+    s = scorer("trl.rewards:think_format_reward")
+    rows = [{"prompt": CHAT}] * 3
+    got = s.score_batch(["<think>hm</think>42", "42", "<think>a"], [None] * 3, rows)
+    assert statuses(got) == [OK, OK, OK] and [r.total for r in got] == [1.0, 0.0, 0.0]
+    assert s.score("<think>x</think>y", None, {"prompt": CHAT}).total == 1.0  # one item: a list of one
+
+
+def test_one_call_per_batch_with_lists_as_trl_gives_them():
+    seen = []
+
+    def spy(completions, prompts, trainer_state, log_extra, log_metric, a, **kwargs):
+        seen.append((completions, prompts, trainer_state, a, sorted(kwargs)))
+        log_extra("a", a)
+        log_metric("batch", len(completions))
+        return [float(x) for x in a]
+
+    from rewards import register_reward, unregister_reward
+
+    register_reward("spy", spy, replace=True)
+    try:
+        s = scorer("spy")
+        rows = [{"prompt": f"p{i // 2}", "a": i, "b": -i} for i in range(4)]  # 2 prompts x 2 completions
+        got = s.score_batch([" c0", "c1 ", "c2", "c3"], ["t0", "t1", "t2", "t3"], rows)
+    finally:
+        unregister_reward("spy")
+    assert [r.total for r in got] == [0.0, 1.0, 2.0, 3.0] and statuses(got) == [OK] * 4
+    assert seen == [(["c0", "c1", "c2", "c3"], ["p0", "p0", "p1", "p1"], None, [0, 1, 2, 3], ["b", "target"])]
+    assert s.reward_log.counts == {"spy/log_extra/a": 1, "spy/log_metric/batch": 1}
+
+
+def test_none_marks_an_item_skipped_never_a_zero():
+    s = scorer(f"{EX}:judged_reward")
+    rows = [{"prompt": "?maybe"}, {"prompt": "sure"}, {"prompt": "?no"}]
+    got = s.score_batch(["abcde", "abcde", "x"], [None] * 3, rows)
+    assert statuses(got) == [SKIPPED, OK, SKIPPED] and got[1].total == 0.5
+    assert all("returned None" in r.reason for r in got if r.status == SKIPPED)
+    assert s.reward_log.counts["examples.rewards.trl_verl:judged_reward/log_metric/judged"] == 1
+
+
+@pytest.mark.parametrize(
+    ("returned", "reason"),
+    [
+        ([1.0], "returned 1 values for 3 completions"),
+        ([1.0, "high", 0.0], "returned str 'high' for completion 1, not a finite number"),
+        ([1.0, float("nan"), 0.0], "for completion 1, not a finite number"),
+        (0.5, "returned float 0.5, not a list of 3 floats"),
+        (RuntimeError("judge down"), "raised RuntimeError: judge down"),
+    ],
+)
+def test_a_bad_list_or_a_raise_marks_every_item_of_the_call_error(returned, reason):
+    from rewards import register_reward, unregister_reward
+
+    def bad(completions, **kwargs):
+        if isinstance(returned, Exception):
+            raise returned
+        return returned
+
+    register_reward("bad", bad, replace=True)
+    try:
+        got = scorer("bad").score_batch(["a", "b", "c"], [None] * 3, [{"prompt": "p"}] * 3)
+    finally:
+        unregister_reward("bad")
+    assert statuses(got) == [ERROR] * 3 and all(reason in r.reason and "\n" not in r.reason for r in got)
+
+
+def test_items_the_rewards_never_see_stay_out_of_the_call():
+    s = UserRewardScorer(RewardConfig(max_chars=5, user=[{"fn": f"{EX}:reverse_reward"}]))
+    got = s.score_batch(["cba", "far too long", 7], [None] * 3, [{"prompt": "abc"}] * 3)
+    assert statuses(got) == [OK, "too_long", "bad_input"] and got[0].total == 1.0
+
+
+def test_async_trl_rewards_are_awaited_in_both_paths():
+    s = scorer(f"{EX}:async_reverse_reward")
+    rows = [{"prompt": "ab"}] * 2
+    assert [r.total for r in s.score_batch(["ba", "bb"], [None] * 2, rows)] == [1.0, 0.5]
+    got = asyncio.run(
+        score_batch_concurrent(s, ["ba", "bb"], [None] * 2, rows, concurrency=4, item_timeout_s=5.0)
+    )
+    assert [r.total for r in got] == [1.0, 0.5]
+
+
+def test_a_trl_call_past_the_item_deadline_times_out_its_items():
+    from rewards import register_reward, unregister_reward
+
+    async def stuck(completions, **kwargs):
+        await asyncio.sleep(5)
+        return [1.0] * len(completions)
+
+    register_reward("stuck", stuck, replace=True)
+    try:
+        got = asyncio.run(
+            score_batch_concurrent(
+                scorer("stuck"), ["a", "b"], [None] * 2, None, concurrency=2, item_timeout_s=0.1
+            )
+        )
+    finally:
+        unregister_reward("stuck")
+    assert statuses(got) == [TIMEOUT, TIMEOUT]
+
+
+@pytest.mark.parametrize("fn", ["compute_score", "compute_score_dict", "async_compute_score"])
+def test_verl_compute_score_sync_async_float_and_dict(fn):
+    s = scorer(f"{EX}:{fn}")
+    got = s.score_batch(["42", "41"], ["42", "42"], [{"data_source": "gsm8k"}] * 2)
+    assert [r.total for r in got] == [1.0, 0.0] and statuses(got) == [OK, OK]
+    if fn == "compute_score_dict":
+        assert s.reward_log.counts == {f"{EX}:compute_score_dict/acc": 2}
+
+
+def test_verl_arguments_data_source_and_extra_info():
+    from rewards import register_reward, unregister_reward
+
+    seen = []
+
+    def spy(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append((data_source, solution_str, ground_truth, extra_info))
+        return {"score": 1}
+
+    register_reward("vspy", spy, replace=True)
+    try:
+        s = scorer("vspy")
+        s.score("x ", "t", {"data_source": "gsm8k", "extra_info": {"index": 3}})
+        s.score("y", "t", {"prompt": "p", "level": 2})
+    finally:
+        unregister_reward("vspy")
+    assert seen == [("gsm8k", "x", "t", {"index": 3}), ("text", "y", "t", {"prompt": "p", "level": 2})]
+
+
+def test_a_verl_dict_without_score_is_an_error():
+    from rewards import register_reward, unregister_reward
+
+    register_reward("noscore", lambda data_source, solution_str, ground_truth: {"acc": 1.0}, replace=True)
+    try:
+        got = scorer("noscore").score("x", "t")
+    finally:
+        unregister_reward("noscore")
+    assert got.status == ERROR and "returned a dict without 'score' (keys: acc)" in got.reason
+
+
+@pytest.mark.parametrize(
+    ("fn", "style", "message"),
+    [
+        (f"{EX}:reverse_reward", "item", "style: item calls fn(completion, target) once per item"),
+        (f"{EX}:compute_score", "trl", "takes no 'completions' (nor **kwargs)"),
+        ("examples.addition.reward:addition_reward", "verl", "style: verl calls compute_score("),
+        (
+            f"{EX}:reverse_reward",
+            "verl",
+            "fn(completions, **kwargs) needs 'completions', which verl does not",
+        ),
+        ("Levenshtein:ratio", "trl", "fn(s1, s2, processor, score_cutoff) takes no 'completions'"),
+    ],
+)
+def test_a_declared_style_that_does_not_fit_is_refused_in_one_line(fn, style, message):
+    with pytest.raises(RewardSpecError, match=r"^user reward .*") as info:
+        scorer(fn, style=style)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_reward_that_requires_token_ids_is_refused_naming_the_fix():
+    from rewards import register_reward, unregister_reward
+
+    register_reward("overlong", trl_rewards.get_soft_overlong_punishment(20, 5), replace=True)
+    try:
+        with pytest.raises(
+            RewardSpecError, match="requires completion_ids .* take 'completions' and tokenize"
+        ):
+            scorer("overlong")
+    finally:
+        unregister_reward("overlong")
+
+
+def test_a_reward_taking_one_argument_is_refused_naming_the_styles():
+    from rewards import register_reward, unregister_reward
+
+    register_reward("one", lambda text: 1.0, replace=True)
+    try:
+        with pytest.raises(RewardSpecError, match=r"cannot be called as fn\(completion, target\).*TRL's"):
+            scorer("one")
+    finally:
+        unregister_reward("one")

@@ -1,0 +1,53 @@
+"""A whole run of the text task scored by a reward written for TRL (one call per chunk, lists in,
+a list of floats out), in the reward pool's workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.run_files import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
+    rng = random.Random(0)
+    words = {"".join(rng.choice("abcd") for _ in range(rng.randint(2, 4))) for _ in range(200)}
+    rows = [{"prompt": w + "=", "target": w[::-1]} for w in sorted(words)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    sets = [
+        "task.name=text",
+        f"task.path={tmp_path / 'train.jsonl'}",
+        "reward.user=[{fn: 'examples.rewards.trl_verl:reverse_reward'}]",
+        "data.eval_size=8",
+        "model.block_size=16",
+        "sampling.max_new_tokens=5",
+        "run.backend=local",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(run_dir)]
+        + [arg for s in sets for arg in ("--set", s)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "run on the pool" in result.stdout  # scored in the pool's workers, not in process
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
+    assert grpo and all(0.0 <= m["reward_mean"] <= 1.0 for m in grpo)
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    assert evals and all(e["valid_rate"] == 1.0 for e in evals)  # every item scored by the TRL call
