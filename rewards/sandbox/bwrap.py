@@ -82,11 +82,12 @@ def bwrap_argv(
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
     args += ["--unshare-user", "--disable-userns"]  # --unshare-all only tries a user namespace as root
     args += system_binds()
-    for root in interpreter_binds(python):
-        args += ["--ro-bind", root, root]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for private in ("/tmp", "/dev/shm", WORKDIR):
         args += ["--size", disk, "--tmpfs", private]
+    # After the private /tmp: an interpreter that lives under /tmp (a CI virtualenv) stays visible.
+    for root in interpreter_binds(python):
+        args += ["--ro-bind", root, root]
     made: set[str] = set()
     for name, fd in files.items():
         path = check_file_name(name)
