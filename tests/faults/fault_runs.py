@@ -71,6 +71,8 @@ VOLATILE_KEYS = frozenset(
         "scorer_reward_retries",
         "scorer_reward_deadline_kills",
         "scorer_worker_restarts",
+        "scorer_worker_recycled",
+        "pool_worker_rss_mb_max",  # a process's memory: the machine's, not the run's
         "eval_time_s",
     }
 )

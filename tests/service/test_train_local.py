@@ -48,8 +48,11 @@ def _smoke(run_dir: Path, backend: str, *more: str) -> Path:
 
 
 def _timing(key: str) -> bool:
-    """Fields that measure time, or choose by a measured time (the reward placement), not results."""
-    return key == "time" or key.endswith("_s") or key.startswith("scorer_placement")
+    """Fields that measure the machine (time, a process's memory) or choose by a measured time (the
+    reward placement), not results."""
+    return (
+        key == "time" or key.endswith(("_s", "_rss_mb", "_rss_mb_max")) or key.startswith("scorer_placement")
+    )
 
 
 def _differences(ours: Any, theirs: Any, where: str) -> list[str]:
