@@ -139,7 +139,7 @@ class BuiltinModelConfig(_ModelBase):
     def _fill_named_size(cls, data: Any) -> Any:
         if isinstance(data, dict):
             size = data.get("size", "tiny")
-            if size in MODEL_SIZES:
+            if isinstance(size, str) and size in MODEL_SIZES:
                 data = {**MODEL_SIZES[size], **data}
         return data
 

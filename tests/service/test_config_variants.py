@@ -152,3 +152,10 @@ def test_leaf_keys_name_the_variant_of_each_key():
         "task.name=text",
         "task.name=code",
     }
+
+
+@pytest.mark.parametrize("value", ["[]", "{}", "[tiny]"])
+def test_a_model_size_that_is_not_a_name_is_one_line(value):
+    with pytest.raises(ConfigError) as caught:
+        load_config("smoke", None, [f"model.size={value}"])
+    assert str(caught.value).startswith("model.size: ") and "\n" not in str(caught.value)
