@@ -21,8 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.data.pairs import DataFileError, RecordErrors, jsonl_record, read_lines
-from trainer.data.text_rows import TextRow
+from trainer.data.text_rows import TextRow, collect_rows, parsed_jsonl
 
 SHAPES = (
     "test_list (assert lines), test with entry_point (check(candidate)), or tests ({input, output} pairs)"
@@ -86,22 +85,7 @@ def _row(record: dict[str, Any], prompt_key: str, target_key: str, where: str) -
 
 def load_code_rows(path: str | Path, prompt_key: str = "prompt", target_key: str = "target") -> list[TextRow]:
     """Every row of a JSONL file of code problems; DataFileError naming the first bad row."""
-    errors, rows = RecordErrors(path, strict=False), []
-    for number, raw in enumerate(read_lines(path), start=1):
-        record = jsonl_record(raw)
-        if record is None:
-            continue
-        row = record if isinstance(record, str) else _row(record, prompt_key, target_key, f"{path}:{number}")
-        if isinstance(row, str):
-            errors.add(number, row)
-        else:
-            rows.append(row)
-    if errors.count:
-        more = f" (and {errors.count - 1} more bad rows)" if errors.count > 1 else ""
-        raise DataFileError(errors.messages[0] + more)
-    if not rows:
-        raise DataFileError(f"{path}: holds no rows")
-    return rows
+    return collect_rows(path, parsed_jsonl(path, lambda r, where: _row(r, prompt_key, target_key, where)))
 
 
 # ---------------------------------------------------------------- the bundled problems

@@ -16,7 +16,7 @@ and a row without the target key takes `reward_model.ground_truth` as its target
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -70,29 +70,30 @@ def rows_of_records(
 ) -> list[TextRow]:
     """The rows of records read from a table (`path` names it in messages, "path:row N");
     DataFileError naming the first bad row."""
-    errors, rows = RecordErrors(path, strict=False), []
-    for number, record in enumerate(records, start=1):
-        row = _row(record, prompt_key, target_key, f"{path}:{number}")
-        if isinstance(row, str):
-            errors.add(number, row)
-        else:
-            rows.append(row)
-    if errors.count:
-        more = f" (and {errors.count - 1} more bad rows)" if errors.count > 1 else ""
-        raise DataFileError(errors.messages[0] + more)
-    if not rows:
-        raise DataFileError(f"{path}: holds no rows")
-    return rows
+    numbered = enumerate(records, start=1)
+    return collect_rows(path, ((n, _row(r, prompt_key, target_key, f"{path}:{n}")) for n, r in numbered))
 
 
 def load_text_rows(path: str | Path, prompt_key: str = "prompt", target_key: str = "target") -> list[TextRow]:
     """Every row of a JSONL file (blank lines skipped); DataFileError naming the first bad row."""
-    errors, rows = RecordErrors(path, strict=False), []
+    return collect_rows(path, parsed_jsonl(path, lambda r, where: _row(r, prompt_key, target_key, where)))
+
+
+def parsed_jsonl(
+    path: str | Path, parse: Callable[[Any, str], TextRow | str]
+) -> Iterator[tuple[int, TextRow | str]]:
+    """(line number, `parse(record, "path:N")` or the line's own problem) per non-blank JSONL line."""
     for number, raw in enumerate(read_lines(path), start=1):
         record = jsonl_record(raw)
-        if record is None:
-            continue
-        row = record if isinstance(record, str) else _row(record, prompt_key, target_key, f"{path}:{number}")
+        if record is not None:
+            yield number, record if isinstance(record, str) else parse(record, f"{path}:{number}")
+
+
+def collect_rows(path: str | Path, numbered: Iterable[tuple[int, TextRow | str]]) -> list[TextRow]:
+    """The rows of (number, row or problem) pairs; DataFileError naming the first bad row (and how
+    many more), or that the file holds none."""
+    errors, rows = RecordErrors(path, strict=False), []
+    for number, row in numbered:
         if isinstance(row, str):
             errors.add(number, row)
         else:
