@@ -110,8 +110,14 @@ def _walk(root: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], dict[An
     """An error's location: (the dotted key's parts, variant tags left out; the models where it ends)."""
     models: dict[Any, type[BaseModel]] = {None: root}
     parts: list[str] = []
+    value: Any = None  # the field once the location reaches a value rather than a section
+    depth = 0  # the key's length there
     for part in loc:
         if isinstance(part, int):  # an item of a list section: same model
+            continue
+        if value is not None:  # past a value: a map's key belongs to the key, a union member's tag not
+            if _is_map(value) and len(parts) == depth:
+                parts.append(str(part))
             continue
         if None not in models and part in models:  # the variant of a tagged union that was chosen
             models = {part: models[part]}
@@ -119,6 +125,8 @@ def _walk(root: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], dict[An
         fields = section_fields(models)
         parts.append(str(part))
         models = variants(fields[part]) if part in fields else {}
+        if part in fields and not models:
+            value, depth = fields[part], len(parts)
     return parts, models
 
 

@@ -159,3 +159,9 @@ def test_a_model_size_that_is_not_a_name_is_one_line(value):
     with pytest.raises(ConfigError) as caught:
         load_config("smoke", None, [f"model.size={value}"])
     assert str(caught.value).startswith("model.size: ") and "\n" not in str(caught.value)
+
+
+def test_a_value_of_a_union_type_names_its_key_without_the_union_members_tag():
+    with pytest.raises(ConfigError) as caught:
+        load_config("smoke", None, ["scaling.sampling_threads=[]"])
+    assert str(caught.value).startswith("scaling.sampling_threads: [] is not allowed; ")
