@@ -13,6 +13,7 @@ prefixes and two files of /etc, all read-only; the work directory, /tmp and /dev
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path, PurePosixPath
 
@@ -58,6 +59,15 @@ def system_binds() -> list[str]:
     return args
 
 
+def tool(name: str) -> str:
+    return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or name
+
+
+def cpu_seconds(limits: SandboxLimits) -> int:
+    """RLIMIT_CPU's soft limit: whole seconds, rounded up."""
+    return max(1, int(-(-limits.cpu_s // 1)))
+
+
 def check_file_name(name: str) -> PurePosixPath:
     path = PurePosixPath(name)
     if str(path) in ("", ".") or path.is_absolute() or ".." in path.parts:
@@ -71,14 +81,25 @@ def bwrap_argv(
     *,
     limits: SandboxLimits,
     python: str,
-    status_fd: int,
+    status_fd: int | None,
     files: dict[str, int],
     program_fd: int | None,
-    address_space_mb: int,
+    address_space_mb: int | None,
+    program_path: str = PROGRAM,
+    die_with_parent: bool = True,
+    as_pid_1: bool = False,
 ) -> list[str]:
-    """bwrap's argv; `files` maps work-directory names to readable fds (copied in by bwrap, then closed)."""
+    """bwrap's argv; `files` maps work-directory names to readable fds (copied in by bwrap, then closed).
+    Without `address_space_mb` the command runs without prlimit (the warm executor sets each child's).
+    `die_with_parent` kills the sandbox with the thread that started it (PR_SET_PDEATHSIG follows the
+    thread): a warm sandbox outlives its starting thread and ends when its control pipe closes instead.
+    `as_pid_1`: the command is the pid namespace's init (no bwrap reaper): nothing inside can signal
+    it, and everything inside dies with it."""
     disk = str(limits.disk_mb << 20)
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--json-status-fd", str(status_fd)]
+    args = [bwrap, "--unshare-all", "--new-session"] + (["--die-with-parent"] if die_with_parent else [])
+    args += ["--as-pid-1"] if as_pid_1 else []
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
     args += ["--unshare-user", "--disable-userns"]  # --unshare-all only tries a user namespace as root
     args += system_binds()
@@ -97,7 +118,7 @@ def bwrap_argv(
                 args += ["--dir", f"{WORKDIR}/{parent}"]
         args += ["--file", str(fd), f"{WORKDIR}/{path}"]
     if program_fd is not None:
-        args += ["--ro-bind-data", str(program_fd), PROGRAM]
+        args += ["--ro-bind-data", str(program_fd), program_path]
     args += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
     env = {
         "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
@@ -109,7 +130,9 @@ def bwrap_argv(
     }
     for key, value in env.items():
         args += ["--setenv", key, value]
-    cpu = max(1, int(-(-limits.cpu_s // 1)))  # whole seconds, rounded up
+    if address_space_mb is None:
+        return [*args, "--", *command]
+    cpu = cpu_seconds(limits)
     args += [
         "--",
         "/usr/bin/prlimit",

@@ -11,7 +11,6 @@ import asyncio
 import os
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -19,10 +18,8 @@ import time
 
 from rewards.sandbox import bwrap as cmd
 from rewards.sandbox.cgroup import ExecutionCgroups
+from rewards.sandbox.outcome import classify, error_result
 from rewards.sandbox.result import (
-    FAILED,
-    KILLED,
-    MEMORY,
     OK,
     OUTPUT_LIMIT,
     SANDBOX_ERROR,
@@ -47,12 +44,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _one_line(text: str, limit: int = 240) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    line = lines[-1] if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _pump(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:
@@ -90,34 +81,6 @@ def _status_text(fd: int) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _classify(rc: int, why: str | None, started: bool, oom: int, err: str, limits: SandboxLimits):
-    """(status, exit_code, detail) from bwrap's exit status and what was seen on the way."""
-    if why == OUTPUT_LIMIT:
-        return OUTPUT_LIMIT, None, f"more than {limits.output_bytes} bytes on stdout or stderr: killed"
-    if why == TIMEOUT:
-        return TIMEOUT, None, f"still running after {limits.wall_s:g} s of wall clock: killed"
-    if not started:
-        return SANDBOX_ERROR, None, f"the sandbox did not start (exit {rc}): {_one_line(err)}"
-    if oom:
-        return MEMORY, None, f"killed by the memory cgroup at {limits.memory_mb} MB"
-    if rc > 128 or rc < 0:  # bwrap reports a signal as 128 + its number
-        number = rc - 128 if rc > 128 else -rc
-        name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-        if number == signal.SIGXCPU:
-            return TIMEOUT, None, f"past its {limits.cpu_s:g} s of CPU time (SIGXCPU)"
-        return KILLED, None, f"ended by {name}"
-    if rc == 0:
-        return OK, 0, ""
-    last = _one_line(err)
-    if last.startswith("MemoryError"):
-        return MEMORY, rc, f"MemoryError at the {limits.memory_mb} MB limit"
-    return FAILED, rc, f"exit code {rc}" + (f": {last}" if last else "")
-
-
-def _error(started: float, detail: str) -> SandboxResult:
-    return SandboxResult(SANDBOX_ERROR, None, "", "", time.monotonic() - started, _one_line(detail))
-
-
 def _execute(
     command: list[str],
     *,
@@ -130,7 +93,7 @@ def _execute(
 ) -> SandboxResult:
     started = time.monotonic()
     if not probe and (reason := sandbox_unavailable_reason()) is not None:
-        return _error(started, reason)
+        return error_result(started, reason)
     for name in files or {}:
         cmd.check_file_name(name)
     fds: list[int] = []
@@ -150,7 +113,7 @@ def _execute(
         fds += [status_r, status_w]
         address_space = limits.memory_mb * 4 if cgroups.memory is not None else limits.memory_mb
         argv = cmd.bwrap_argv(
-            _tool("bwrap"),
+            cmd.tool("bwrap"),
             command,
             limits=limits,
             python=python,
@@ -186,7 +149,7 @@ def _execute(
         status = _status_text(status_r)
         oom = cgroups.oom_kills()
         stderr = err.decode("utf-8", "replace")
-        code, exit_code, detail = _classify(rc, why, '"child-pid"' in status, oom, stderr, limits)
+        code, exit_code, detail = classify(rc, why, '"child-pid"' in status, oom, stderr, limits)
         if not cgroups.close():
             code, detail = SANDBOX_ERROR, "a process of the execution could not be removed from its cgroup"
         cgroups = None
@@ -194,7 +157,7 @@ def _execute(
             code, exit_code, out.decode("utf-8", "replace"), stderr, time.monotonic() - started, detail
         )
     except OSError as exc:
-        return _error(started, f"{type(exc).__name__}: {exc}")
+        return error_result(started, f"{type(exc).__name__}: {exc}")
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -207,8 +170,15 @@ def _execute(
             cgroups.close()
 
 
-def _tool(name: str) -> str:
-    return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or name
+def _warm(request: dict, files: dict[str, str] | None, limits: SandboxLimits, python: str) -> SandboxResult:
+    started = time.monotonic()
+    if (reason := sandbox_unavailable_reason()) is not None:
+        return error_result(started, reason)
+    for name in files or {}:
+        cmd.check_file_name(name)
+    from rewards.sandbox.warm import POOL  # reads the executor's source once, at the first warm run
+
+    return POOL.run({**request, "files": files or {}}, limits, python)
 
 
 def run_command(
@@ -218,19 +188,17 @@ def run_command(
     files: dict[str, str] | None = None,
     limits: SandboxLimits | None = None,
     python: str | None = None,
+    fresh: bool = False,
 ) -> SandboxResult:
     """Run `argv` in the sandbox, in a fresh work directory holding `files` (PATH: the interpreter's
-    bin directory, /usr/local/bin, /usr/bin, /bin)."""
+    bin directory, /usr/local/bin, /usr/bin, /bin). `fresh=True`: a new bubblewrap sandbox for this
+    execution alone instead of a child of a warm one."""
     if not argv:
         raise ValueError("run_command needs a command")
-    return _execute(
-        list(argv),
-        stdin=stdin,
-        files=files,
-        limits=limits or DEFAULT_LIMITS,
-        program=None,
-        python=python or sys.executable,
-    )
+    limits, python = limits or DEFAULT_LIMITS, python or sys.executable
+    if not fresh:
+        return _warm({"argv": list(argv), "stdin": stdin}, files, limits, python)
+    return _execute(list(argv), stdin=stdin, files=files, limits=limits, program=None, python=python)
 
 
 def run_python(
@@ -240,15 +208,23 @@ def run_python(
     files: dict[str, str] | None = None,
     limits: SandboxLimits | None = None,
     python: str | None = None,
+    fresh: bool = False,
 ) -> SandboxResult:
-    """Run `source` as a Python program (`python /program/main.py`, cwd: the work directory holding
-    `files`, which is also on sys.path) under `limits`; never raises for what the program does."""
-    interpreter = python or sys.executable
+    """Run `source` as a Python program (as `python /program/main.py`, cwd: the work directory holding
+    `files`, which is also on sys.path) under `limits`; never raises for what the program does.
+
+    By default a child forked by a warm sandbox of this process runs it (milliseconds: the
+    interpreter is already up, `warm.py`); `fresh=True` starts a new interpreter in a new
+    bubblewrap sandbox for it alone (tens of milliseconds; nothing of an earlier execution's
+    interpreter state, such as modules it imported, can be there)."""
+    limits, interpreter = limits or DEFAULT_LIMITS, python or sys.executable
+    if not fresh:
+        return _warm({"source": source, "stdin": stdin}, files, limits, interpreter)
     return _execute(
         [interpreter, cmd.PROGRAM],
         stdin=stdin,
         files=files,
-        limits=limits or DEFAULT_LIMITS,
+        limits=limits,
         program=source,
         python=interpreter,
     )
@@ -261,9 +237,12 @@ async def run_python_async(
     files: dict[str, str] | None = None,
     limits: SandboxLimits | None = None,
     python: str | None = None,
+    fresh: bool = False,
 ) -> SandboxResult:
     """`run_python` in a worker thread, for event loops."""
-    return await asyncio.to_thread(run_python, source, stdin=stdin, files=files, limits=limits, python=python)
+    return await asyncio.to_thread(
+        run_python, source, stdin=stdin, files=files, limits=limits, python=python, fresh=fresh
+    )
 
 
 def sandbox_unavailable_reason() -> str | None:

@@ -8,6 +8,7 @@ import pytest
 from sandbox_checks import leftover_cgroups, processes_in_own_cgroups
 
 from rewards.sandbox import run_python, sandbox_unavailable_reason
+from rewards.sandbox.warm import POOL
 
 
 def pytest_collection_modifyitems(config, items):
@@ -22,10 +23,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def clean_after():
-    """After the test: no cgroup directory, no process of ours in one, and a trivial program still runs."""
+    """After the test: a trivial program still runs (on the warm sandbox the test used, when it is
+    still up), and once the warm sandboxes are closed no cgroup directory and no process of ours is left."""
     yield
+    for fresh in (False, True):
+        after = run_python("print('still fine')", fresh=fresh)
+        assert (after.status, after.stdout) == ("ok", "still fine\n"), after
+    POOL.close()
     assert leftover_cgroups() == []
     assert processes_in_own_cgroups() == []
-    after = run_python("print('still fine')")
-    assert (after.status, after.stdout) == ("ok", "still fine\n"), after
-    assert leftover_cgroups() == []

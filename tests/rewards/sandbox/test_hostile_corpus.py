@@ -71,13 +71,18 @@ def run(source: str, limits: SandboxLimits | None = None, **kwargs):
     return run_python(source.replace("MARKER", MARKER), limits=limits, **kwargs)
 
 
-def cap_binds() -> bool:
+# Every program runs both ways: a child of a warm sandbox (the default) and a fresh sandbox of its own.
+BOTH_WAYS = pytest.mark.parametrize("fresh", [False, True], ids=["warm", "fresh"])
+
+
+def cap_binds(fresh: bool) -> bool:
     """With 8 pids allowed, the 6th fork fails (bwrap, its init and the program hold 3)."""
     result = run(
         "import os, time\nn = 0\nfor _ in range(30):\n    try:\n        pid = os.fork()\n"
         "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1); os._exit(0)\n"
         "    n += 1\nprint(n)",
         SandboxLimits(processes=8),
+        fresh=fresh,
     )
     return result.status == "ok" and int(result.stdout) < 8
 
@@ -85,7 +90,8 @@ def cap_binds() -> bool:
 # (id, source, statuses allowed, limits, text that must not be in stdout+stderr)
 CORPUS = [
     ("env_token", "import os; print(dict(os.environ))", {"ok"}, None, SECRET),
-    ("proc1_environ", "print(open('/proc/1/environ').read())", {"ok"}, None, SECRET),
+    # pid 1 is bwrap (fresh: readable, its emptied environment) or the warm executor (not readable)
+    ("proc1_environ", "print(open('/proc/1/environ').read())", {"ok", "failed"}, None, SECRET),
     (
         "all_proc_environ",
         "import os\nfor p in os.listdir('/proc'):\n    try: print(open(f'/proc/{p}/environ').read())\n"
@@ -206,15 +212,16 @@ CORPUS = [
 ]
 
 
+@BOTH_WAYS
 @pytest.mark.parametrize(
     "name, source, statuses, limits, forbidden", CORPUS, ids=[case[0] for case in CORPUS]
 )
-def test_hostile_program(name, source, statuses, limits, forbidden, secrets, leaves_nothing):
+def test_hostile_program(name, source, statuses, limits, forbidden, fresh, secrets, leaves_nothing):
     repo = str(Path(__file__).resolve().parents[3])
     source = source.replace("RAYTOKEN", repr(secrets["ray_token"])).replace("HOME", repr(secrets["home"]))
     source = source.replace("REPO", repr(repo)).replace("HOSTPID", str(os.getpid()))
     files = {"harness.py": "assert open('expected.txt').read() == '42'\n"} if name == "reward_hack" else None
-    result = run(source, limits, files=files)
+    result = run(source, limits, files=files, fresh=fresh)
     assert result.status in statuses, result
     if forbidden is not None:
         assert forbidden not in result.stdout + result.stderr, result
@@ -223,7 +230,9 @@ def test_hostile_program(name, source, statuses, limits, forbidden, secrets, lea
     if name == "thread_bomb":
         assert 0 < int(result.stdout) < SandboxLimits().processes, result
     if name == "reward_hack":  # the harness given again is the original one, in a fresh directory
-        again = run_python("print(open('harness.py').read(), __import__('os').listdir('.'))", files=files)
+        again = run_python(
+            "print(open('harness.py').read(), __import__('os').listdir('.'))", files=files, fresh=fresh
+        )
         assert again.stdout == f"{files['harness.py']} ['harness.py']\n", again
 
 
@@ -254,13 +263,14 @@ def test_ray_cannot_reach_the_cluster(leaves_nothing):
 
 
 @pytest.mark.slow
-def test_fork_bomb_is_capped_and_cleaned_up(leaves_nothing):
-    assert cap_binds(), "the pids cgroup cap does not bind: the fork bomb is not run"
+@BOTH_WAYS
+def test_fork_bomb_is_capped_and_cleaned_up(fresh, leaves_nothing):
+    assert cap_binds(fresh), "the pids cgroup cap does not bind: the fork bomb is not run"
     before = len(os.listdir("/proc"))
     source = (
         "import os, subprocess\ntry:\n    subprocess.Popen(['sh', '-c', 'sleep 30; : MARKER'])\nexcept OSError:\n"
         "    pass\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     )
-    result = run(source, SandboxLimits(wall_s=2.0, processes=16))
+    result = run(source, SandboxLimits(wall_s=2.0, processes=16), fresh=fresh)
     assert result.status == "timeout", result
     assert len(os.listdir("/proc")) < before + 16
