@@ -11,9 +11,10 @@ from service.bench.peer import PeerPlan
 from service.bench.reward import RewardPlan
 from service.bench.reward_cost import RewardCostPlan
 from service.bench.sampling import SamplingPlan
+from service.bench.sandbox import SandboxPlan
 from service.bench.train_step import TrainStepPlan
 
-SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost")
+SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost", "sandbox")
 OPTIONAL_SECTIONS = ("peer",)  # run only when asked for by name (`--sections peer`)
 
 
@@ -32,6 +33,7 @@ class BenchPlan:
     hf: HFPlan = HFPlan()
     peer: PeerPlan = field(default_factory=PeerPlan)
     reward_cost: RewardCostPlan = field(default_factory=RewardCostPlan)
+    sandbox: SandboxPlan = field(default_factory=SandboxPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -62,6 +64,7 @@ def quick_plan() -> BenchPlan:
             grpo_steps=2,
             grpo_rounds=1,
         ),
+        sandbox=SandboxPlan(executions=100, slow_executions=20, rounds=3),
     )
 
 

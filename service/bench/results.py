@@ -34,6 +34,9 @@ HEADLINE_TARGETS: dict[str, str] = {
     "reward_wait_fraction_io20ms": "<= 0.05 of the GRPO step (async 20 ms reward on the pool)",
     "inline_reward_fraction_io20ms": ">= 0.5 of the GRPO step (the same reward scored in process)",
     "auto_vs_best": "<= 1.05 (pool.placement auto over the faster of inline and pool, FEN reward)",
+    "sandbox_execs_per_s": ">= 200 isolated executions/s of a trivial program (warm sandbox, one thread)",
+    "sandbox_vs_bwrap_per_exec": ">= 5x one bubblewrap sandbox per execution",
+    "sandbox_vs_plain": ">= 1x `subprocess.run` of a fresh interpreter with no isolation",
 }
 
 

@@ -26,6 +26,9 @@ from service.bench.reward_cost import HEADLINE as COST_HEADLINE
 from service.bench.reward_cost import TITLE as COST_TITLE
 from service.bench.reward_cost import bench_reward_cost
 from service.bench.sampling import bench_sampling
+from service.bench.sandbox import HEADLINE as SANDBOX_HEADLINE
+from service.bench.sandbox import TITLE as SANDBOX_TITLE
+from service.bench.sandbox import bench_sandbox
 from service.bench.train_step import bench_train_step
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     "hf": ((HF_TITLE,), HF_HEADLINE, lambda p: bench_hf(p.hf)),
     "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer, p.grpo)),
     "reward-cost": ((COST_TITLE,), COST_HEADLINE, lambda p: bench_reward_cost(p.reward_cost)),
+    "sandbox": ((SANDBOX_TITLE,), SANDBOX_HEADLINE, lambda p: bench_sandbox(p.sandbox)),
 }
 
 

@@ -29,6 +29,7 @@ from service.bench.reward import RewardPlan
 from service.bench.reward_cost import RewardCostPlan
 from service.bench.runner import run_bench
 from service.bench.sampling import SamplingPlan
+from service.bench.sandbox import SandboxPlan
 from service.bench.timing import interleaved_times
 from service.bench.train_step import TrainStepPlan, peak_bf16_flops
 from trainer.config import TrainerConfig
@@ -55,6 +56,9 @@ HEADLINE_KEYS = {
     "reward_wait_fraction_io20ms",
     "inline_reward_fraction_io20ms",
     "auto_vs_best",
+    "sandbox_execs_per_s",
+    "sandbox_vs_bwrap_per_exec",
+    "sandbox_vs_plain",
 }
 
 
@@ -198,6 +202,7 @@ def toy_plan() -> BenchPlan:
             max_new_tokens=12,
             engine_positions=2,
         ),
+        sandbox=SandboxPlan(executions=4, slow_executions=2, rounds=1),
     )
 
 
@@ -210,7 +215,7 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
     assert {"schema", "command", "mode", "machine", "headline", "headline_notes", "sections"} <= set(data)
     for key in ("cpu_model", "usable_cores", "torch", "ray", "python", "gpu"):
         assert key in data["machine"]
-    assert [s["status"] for s in data["sections"]] == ["ok"] * 7, [s["error"] for s in data["sections"]]
+    assert [s["status"] for s in data["sections"]] == ["ok"] * 8, [s["error"] for s in data["sections"]]
     assert set(data["headline"]) == HEADLINE_KEYS
     for key, value in data["headline"].items():
         if value is None:
@@ -219,7 +224,8 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
             assert isinstance(value, float) and math.isfinite(value) and value > 0
     for key in (
         "kv_cache_speedup", "pool2_vs_inprocess", "reward_wait_fraction", "grpo_completions_per_s",
-        "hf_completions_per_s", "hf_vs_builtin",
+        "hf_completions_per_s", "hf_vs_builtin", "sandbox_execs_per_s", "sandbox_vs_bwrap_per_exec",
+        "sandbox_vs_plain",
     ):  # fmt: skip
         assert data["headline"][key] is not None, data["headline_notes"].get(key)
     if not torch.cuda.is_available():
@@ -238,6 +244,7 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
         "5. Ablation",
         "6. The transformers policy",
         "8. Reward cost",
+        "9. Sandbox",
     ):
         assert title in md
 
