@@ -97,6 +97,7 @@ class Trainer:
         self._reference: Reference | None = None  # built at the first GRPO step when grpo.beta > 0
         self.sample_generator = torch.Generator(device=self.device)
         self.sampling_threads: int | None = None  # torch threads while decoding; None: as set for the process
+        self.fixed_length = False  # benchmarks: every row decodes max_new_tokens, EOS ignored (equal work)
         self.optimizers: dict[str, GuardedOptimizer] = {}
         self.sft_steps = 0
         self.grpo_steps = 0
@@ -205,7 +206,7 @@ class Trainer:
                 self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
             )
             with self.precision.autocast(), torch_threads(self.sampling_threads):
-                rollout = generate(self.policy, prompts, cfg, row_keys=keys)
+                rollout = generate(self.policy, prompts, cfg, row_keys=keys, stop_at_eos=not self.fixed_length)
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=repeat_fields(chunk, cfg.group_size)))

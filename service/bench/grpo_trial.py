@@ -208,6 +208,7 @@ def _step_record(
         "completions_per_s": metrics["completions"] / wall_s,
         "reward_mean": metrics["reward_mean"],
         "completion_tokens": sum(tokens) / n,
+        "tokens_per_s": sum(tokens) / wall_s,  # completion tokens (EOS included) per second of the step
         "no_eos_frac": 1.0 - sum(ended) / n,
     }
 
@@ -225,8 +226,12 @@ def run_trial(
     legacy_logprobs: bool = False,
     reward: dict[str, Any] | None = None,
     sampling_threads: int | str | None = None,
+    fixed_length: bool = False,
 ) -> dict[str, Any]:
     """`warmup` untimed then `steps` timed GRPO steps; medians of every phase, and peak memory.
+
+    fixed_length: every completion decodes sampling.max_new_tokens tokens, EOS ignored (equal work
+    whatever the policy).
 
     The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
     sampling_threads: torch threads while decoding: None leaves `threads`; "rule" (the shipped
@@ -238,6 +243,7 @@ def run_trial(
         use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)
     trainer = Trainer(cfg, CHESS_TOKENIZER, device=device)
+    trainer.fixed_length = fixed_length
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
     source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)

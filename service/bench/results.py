@@ -37,6 +37,7 @@ HEADLINE_TARGETS: dict[str, str] = {
     "sandbox_execs_per_s": ">= 200 isolated executions/s of a trivial program (warm sandbox, one thread)",
     "sandbox_vs_bwrap_per_exec": ">= 5x one bubblewrap sandbox per execution",
     "sandbox_vs_plain": ">= 1x `subprocess.run` of a fresh interpreter with no isolation",
+    "cost_exponent_tokens": "<= 1.1 (seconds per step against completion tokens per step, K and prompts sweeps)",
 }
 
 
@@ -162,6 +163,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             lines += [f"*{section['status']}*: {section['error']}", ""]
         for table in section["tables"]:
             lines += markdown_table(table)
+        lines += [f"![{figure['title']}]({figure['file']})\n" for figure in section.get("figures", [])]
         lines += [f"- {note}" for note in section["notes"]]
         if section["notes"]:
             lines.append("")
@@ -186,4 +188,8 @@ def write_results(result: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pa
     json_path, md_path = out / "bench.json", out / "bench.md"
     json_path.write_text(json.dumps(_finite(result), indent=1, allow_nan=False) + "\n")
     md_path.write_text(render_markdown(result))
+    if any(section.get("figures") for section in result["sections"]):
+        from service.bench.plots import write_figures  # matplotlib only when a section has a figure
+
+        write_figures(result, out)
     return json_path, md_path

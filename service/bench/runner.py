@@ -11,6 +11,9 @@ from typing import Any
 
 import ray
 
+from service.bench.cost_curve import HEADLINE as CURVE_HEADLINE
+from service.bench.cost_curve import TITLE as CURVE_TITLE
+from service.bench.cost_curve import bench_cost_curve
 from service.bench.grpo import GRPO_HEADLINE, bench_grpo
 from service.bench.hf import HEADLINE as HF_HEADLINE
 from service.bench.hf import TITLE as HF_TITLE
@@ -57,6 +60,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     "peer": ((PEER_TITLE,), PEER_HEADLINE, lambda p: bench_peer(p.peer, p.grpo)),
     "reward-cost": ((COST_TITLE,), COST_HEADLINE, lambda p: bench_reward_cost(p.reward_cost)),
     "sandbox": ((SANDBOX_TITLE,), SANDBOX_HEADLINE, lambda p: bench_sandbox(p.sandbox)),
+    "cost-curve": ((CURVE_TITLE,), CURVE_HEADLINE, lambda p: bench_cost_curve(p.cost_curve)),
 }
 
 
@@ -84,7 +88,9 @@ def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
     began = time.perf_counter()
     info = machine_info()
     started_ray = False
-    if not ray.is_initialized() and {"reward", "grpo", "peer", "reward-cost"} & set(plan.sections):
+    if not ray.is_initialized() and {"reward", "grpo", "peer", "reward-cost", "cost-curve"} & set(
+        plan.sections
+    ):
         ray.init(
             num_cpus=max(4, usable_cores()),
             include_dashboard=False,

@@ -59,6 +59,7 @@ HEADLINE_KEYS = {
     "sandbox_execs_per_s",
     "sandbox_vs_bwrap_per_exec",
     "sandbox_vs_plain",
+    "cost_exponent_tokens",
 }
 
 
@@ -264,3 +265,26 @@ def test_emulated_bf16_is_measured_on_the_smallest_size_only(monkeypatch):
     monkeypatch.setattr(train_step, "resolve_dtype", lambda dtype, device: ("bf16", "native bf16"))
     assert train_step._measured(plan, "cpu", "small", sizes, "bf16")
     assert train_step._measured(quick, "cpu", "small", sizes, "bf16")
+
+
+@pytest.mark.slow
+def test_the_cost_curve_runs_at_toy_sizes_and_draws_its_figure(ray_cluster, tmp_path):
+    import dataclasses
+
+    from service.bench.cost_curve import FIGURE, CostCurvePlan
+
+    toy = CostCurvePlan(group_sizes=(2, 4), prompts=(2, 4), max_new_tokens=(8, 16), sizes=("tiny",),
+                        workers=(1,), worker_rewards=("io 20 ms (async)",), steps=1, warmup=0)  # fmt: skip
+    plan = dataclasses.replace(toy_plan(), sections=("cost-curve",), cost_curve=toy)
+    result = run_bench(plan, "python -m service.bench --sections cost-curve")
+    section = result["sections"][0]
+    assert section["status"] == "ok", section["error"]
+    points = section["data"]["points"]
+    assert [p["tokens"] for p in points["max new tokens"]] == [
+        8 * 8 * 8,
+        8 * 8 * 16,
+    ]  # EOS ignored: exact work
+    assert [p["tokens"] for p in points["K (completions per prompt)"]] == [8 * 2 * 64, 8 * 4 * 64]
+    assert 0 < result["headline"]["cost_exponent_tokens"] < 3
+    _, md_path = write_results(result, tmp_path)
+    assert f"]({FIGURE})" in md_path.read_text() and (tmp_path / FIGURE).stat().st_size > 5000
