@@ -81,15 +81,18 @@ def _trainers(plan: HFPlan, model_dir: str) -> dict[str, Trainer]:
 
 
 def bench_rates(
-    plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf", STOCK_GELU)
+    plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf", STOCK_GELU), fixed_length: bool = False
 ) -> dict[str, list[float]]:
     """Completions/s of each timed GRPO step of each policy (steps alternate between them), and
-    under the key `<policy>/<phase>` the step's sampling and update seconds."""
+    under the key `<policy>/<phase>` the step's sampling and update seconds. fixed_length: every
+    completion decodes max_new_tokens (EOS ignored)."""
     pairs = generate_pairs(plan.prompts, seed=5, min_plies=1, max_plies=4)
     rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))
     out: dict[str, list[float]] = {k: [] for p in policies for k in (p, f"{p}/sample_s", f"{p}/update_s")}
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as model_dir:
         trainers = {k: v for k, v in _trainers(plan, model_dir).items() if k in policies}
+        for trainer in trainers.values():
+            trainer.fixed_length = fixed_length
         for i in range(plan.warmup + plan.steps):
             for name, trainer in trainers.items():
                 m = trainer.grpo_step(pairs, rewards)

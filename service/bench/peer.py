@@ -2,17 +2,22 @@
 
 The peer (`../shared/peers/trl_grpo_bench.py`, TRL's `GRPOTrainer` in a virtual environment of
 its own, never a dependency of this project) trains a randomly initialised GPT-2 (2 layers, 128
-wide, 4 heads, character tokenizer) on 8 prompts x 8 completions of at most 64 tokens per step,
-beta 0.04, fp32: its best settings on a CPU. Each round runs, each in a fresh process where it
-matters, so background load falls on all of them alike:
+wide, 4 heads, character tokenizer) on 8 prompts x 8 completions of 64 tokens per step, beta
+0.04, fp32: its best settings on a CPU. Equal work: every completion on both sides is decoded to
+its full 64 tokens (EOS ignored: `service/bench/peer_fixed_length.py` gives the unchanged peer
+script `min_new_tokens`; our trials `fixed_length`), and both sides start from a fresh policy.
+Each round runs, each in a fresh process where it matters, so background load falls on all of
+them alike:
 
 1. the peer;
-2. our built-in GPT in the fp32 reference configuration (the `grpo_completions_per_s` headline's
-   trial: SFT-warm policy, streamed pool scoring);
-3. the same with the settings the service ships for this machine (`grpo_completions_per_s_default`);
+2. our built-in GPT in the fp32 reference configuration;
+3. the same with the settings the service ships for this machine;
 4. our transformers policy on the peer's model shape with the shipped defaults (in-process scoring).
 
-Headlines: `peer_completions_per_s` (median over the rounds' runs) and `hf_vs_peer` (4 over 1).
+Every row reports completion tokens per second beside completions per second. Headlines
+(medians over the rounds): `peer_completions_per_s`, `peer_tokens_per_s`, `grpo_tokens_per_s`
+(2), `tokens_vs_peer` (2 over 1), `tokens_vs_peer_default` (3 over 1), `hf_tokens_vs_peer` and
+`hf_vs_peer` (4 over 1).
 
     GRPO_PEER_PYTHON   the peer venv's python (default ~/trl-venv/bin/python)
     GRPO_PEER_DIR      the folder of trl_grpo_bench.py (default <repo>/../shared/peers)
@@ -23,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,20 +37,25 @@ import torch
 from service.bench.grpo import GRPOPlan, Runner, reference_config, with_updates
 from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows
 from service.bench.hf import HFPlan, bench_rates
-from service.bench.isolated import run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 
 TITLE = "7. This service against the TRL peer"
-HEADLINE = ("peer_completions_per_s", "hf_vs_peer")
+HEADLINE = (
+    "peer_completions_per_s",
+    "hf_vs_peer",
+    "peer_tokens_per_s",
+    "grpo_tokens_per_s",
+    "tokens_vs_peer",
+    "tokens_vs_peer_default",
+    "hf_tokens_vs_peer",
+)
+FIXED_LENGTH = Path(__file__).with_name("peer_fixed_length.py")
 PEER_DIR = Path(os.environ.get("GRPO_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers"))
 PEER_PYTHON = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
 HF_ROW = "hf policy, fp32 (the benchmark process's threads and OpenMP settings)"
-TARGETS = {
-    "built-in GPT, fp32 reference": 2.5,
-    "built-in GPT, shipped settings": 4.0,
-    HF_ROW: 2.0,
-}
+REFERENCE, SHIPPED = "built-in GPT, fp32 reference", "built-in GPT, shipped settings"
+TARGETS = {REFERENCE: 2.5, SHIPPED: 3.0, HF_ROW: 2.0}  # tokens per second over the peer's
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,8 @@ class PeerPlan:
 
 def _peer_run(plan: PeerPlan) -> dict[str, Any]:
     """One peer run; its last stdout line is a JSON object (completions_per_s, sec_per_step, ...)."""
-    args = [str(PEER_PYTHON), str(PEER_DIR / "trl_grpo_bench.py"), "--steps", str(plan.peer_steps + 2)]
+    args = [str(PEER_PYTHON), str(FIXED_LENGTH), str(PEER_DIR / "trl_grpo_bench.py")]
+    args += ["--steps", str(plan.peer_steps + 2), "--max-completion-length", str(plan.ours.max_new_tokens)]
     args += ["--warmup", "2", "--threads", str(plan.threads)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
     lines = proc.stdout.strip().splitlines()
@@ -71,15 +81,12 @@ def _peer_run(plan: PeerPlan) -> dict[str, Any]:
 
 
 def _builtin_trials(runner: Runner, base: dict[str, Any], device: str, threads: int) -> dict[str, dict]:
+    """The reference and shipped rows, from a fresh policy, every completion to its full length."""
     later, _, default = shipped_rows(device, threads, unshipped=False)
     rows = {name: (updates, options) for name, updates, options in reference_rows() + later}
     return {
-        "built-in GPT, fp32 reference": runner.kwargs(
-            with_updates(base, rows[REFERENCE_ROW][0]), rows[REFERENCE_ROW][1]
-        ),
-        "built-in GPT, shipped settings": runner.kwargs(
-            with_updates(base, rows[default][0]), rows[default][1]
-        ),
+        name: runner.kwargs(with_updates(base, rows[row][0]), rows[row][1], warm=False, fixed_length=True)
+        for name, row in ((REFERENCE, REFERENCE_ROW), (SHIPPED, default))
     }
 
 
@@ -93,60 +100,62 @@ def bench_peer(plan: PeerPlan, grpo: GRPOPlan) -> dict[str, Any]:
         section["status"], section["error"] = "skipped", reason
         return section
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    base = reference_config(grpo.sft_steps, grpo.max_new_tokens)
+    base = reference_config(0, plan.ours.max_new_tokens)
     peer: list[dict[str, Any]] = []
     ours: dict[str, list[dict[str, Any]]] = {}
     hf: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
-        weights = str(Path(tmp) / "sft.pt")
-        run_isolated(
-            "service.bench.grpo_trial:sft_warm_start",
-            {"trainer_cfg": base, "out_path": weights, "threads": grpo.threads, "device": device},
-        )
-        runner = Runner(grpo, device, weights)
-        trials = _builtin_trials(runner, base, device, grpo.threads)
-        for _ in range(plan.rounds):
-            peer.append(_peer_run(plan))
-            for name, result in runner.run_round(trials).items():
-                ours.setdefault(name, []).append(result)
-            hf.append(median(bench_rates(plan.ours, policies=("hf",))["hf"]))
-    return _fill(section, peer, {k: Runner.merge(v) for k, v in ours.items()}, hf)
+    runner = Runner(grpo, device, weights=None)
+    trials = _builtin_trials(runner, base, device, grpo.threads)
+    for _ in range(plan.rounds):
+        peer.append(_peer_run(plan))
+        for name, result in runner.run_round(trials).items():
+            ours.setdefault(name, []).append(result)
+        hf.append(median(bench_rates(plan.ours, policies=("hf",), fixed_length=True)["hf"]))
+    return _fill(section, peer, {k: Runner.merge(v) for k, v in ours.items()}, hf, plan.ours.max_new_tokens)
 
 
 def _fill(
-    section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float]
+    section: dict[str, Any], peer: list[dict], ours: dict[str, dict], hf: list[float], hf_tokens: int
 ) -> dict[str, Any]:
+    """The table and headlines; hf_tokens: the hf row's tokens per completion (it runs fixed-length)."""
     peer_rate = median([r["completions_per_s"] for r in peer])
-    rates = {
-        **{k: r["completions_per_s"] for k, r in ours.items()},
-        HF_ROW: median(hf),
-    }
-    tokens = {k: r["completion_tokens"] for k, r in ours.items()}
-    rows = [
-        [
-            "TRL GRPOTrainer (peer), fp32",
-            peer_rate,
-            1.0,
-            median([r["mean_completion_len"] for r in peer]),
-            None,
-        ]
-    ]
+    peer_len = median([r["mean_completion_len"] for r in peer])
+    peer_tokens = median([r["completions_per_s"] * r["mean_completion_len"] for r in peer])
+    rates = {**{k: r["completions_per_s"] for k, r in ours.items()}, HF_ROW: median(hf)}
+    lengths = {**{k: r["completion_tokens"] for k, r in ours.items()}, HF_ROW: float(hf_tokens)}
+    tokens = {**{k: r.get("tokens_per_s", r["completions_per_s"] * r["completion_tokens"]) for k, r in ours.items()},
+              HF_ROW: median(hf) * hf_tokens}  # fmt: skip
+    rows = [["TRL GRPOTrainer (peer), fp32", peer_rate, peer_tokens, peer_len, 1.0, None]]
     for name, rate in rates.items():
-        ratio = rate / peer_rate
-        rows.append([name, rate, ratio, tokens.get(name), TARGETS[name]])
+        ratio = tokens[name] / peer_tokens
+        rows.append([name, rate, tokens[name], lengths[name], ratio, TARGETS[name]])
         verdict = "met" if ratio >= TARGETS[name] else "not met"
-        section["notes"].append(f"{name}: {ratio:.2f}x the peer (target >= {TARGETS[name]:g}x: {verdict}).")
+        section["notes"].append(
+            f"{name}: {ratio:.2f}x the peer's tokens/s (target >= {TARGETS[name]:g}x: {verdict})."
+        )
     add_table(
         section,
-        f"Alternating, {len(peer)} round(s); medians",
-        ["trainer", "completions/s", "vs peer", "mean completion tokens", "target vs peer"],
+        f"Alternating, {len(peer)} round(s); medians; every completion decoded to full length on both sides",
+        [
+            "trainer",
+            "completions/s",
+            "completion tokens/s",
+            "mean completion tokens",
+            "tokens/s vs peer",
+            "target vs peer",
+        ],  # fmt: skip
         rows,
     )
     section["notes"].append(
-        "The peer and the hf policy sample from freshly initialised models (shorter completions); the "
-        "built-in rows from the SFT-warm policy, as the GRPO headlines do."
+        "Equal work: both sides sample from freshly initialised models and decode every completion to "
+        "its full length (EOS ignored; the peer through min_new_tokens)."
     )
     section["data"] = {"peer": peer, "ours": ours, "hf": hf}
     set_headline(section, "peer_completions_per_s", peer_rate)
+    set_headline(section, "peer_tokens_per_s", peer_tokens)
+    set_headline(section, "grpo_tokens_per_s", tokens[REFERENCE])
+    set_headline(section, "tokens_vs_peer", tokens[REFERENCE] / peer_tokens)
+    set_headline(section, "tokens_vs_peer_default", tokens[SHIPPED] / peer_tokens)
+    set_headline(section, "hf_tokens_vs_peer", tokens[HF_ROW] / peer_tokens)
     set_headline(section, "hf_vs_peer", rates[HF_ROW] / peer_rate)
     return section

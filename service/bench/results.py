@@ -37,6 +37,11 @@ HEADLINE_TARGETS: dict[str, str] = {
     "sandbox_execs_per_s": ">= 200 isolated executions/s of a trivial program (warm sandbox, one thread)",
     "sandbox_vs_bwrap_per_exec": ">= 5x one bubblewrap sandbox per execution",
     "sandbox_vs_plain": ">= 1x `subprocess.run` of a fresh interpreter with no isolation",
+    "peer_tokens_per_s": "TRL GRPOTrainer's completion tokens/s, every completion full length (--sections peer)",
+    "grpo_tokens_per_s": "the fp32 reference's completion tokens/s at the peer's work, fresh policy",
+    "tokens_vs_peer": ">= 2.5x peer_tokens_per_s (fp32 reference, same run, equal tokens)",
+    "tokens_vs_peer_default": ">= 3x peer_tokens_per_s (the shipped settings)",
+    "hf_tokens_vs_peer": ">= 2x peer_tokens_per_s (the transformers policy)",
     "cost_exponent_tokens": "<= 1.1 (seconds per step against completion tokens per step, K and prompts sweeps)",
 }
 

@@ -60,6 +60,11 @@ HEADLINE_KEYS = {
     "sandbox_vs_bwrap_per_exec",
     "sandbox_vs_plain",
     "cost_exponent_tokens",
+    "peer_tokens_per_s",
+    "grpo_tokens_per_s",
+    "tokens_vs_peer",
+    "tokens_vs_peer_default",
+    "hf_tokens_vs_peer",
 }
 
 

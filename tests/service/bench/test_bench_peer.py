@@ -15,28 +15,51 @@ def test_peer_section_is_skipped_with_its_reason_when_not_installed(monkeypatch,
     monkeypatch.setattr(peer, "PEER_PYTHON", tmp_path / "no-python")
     section = peer.bench_peer(peer.PeerPlan(), GRPOPlan())
     assert section["status"] == "skipped" and "not installed" in section["error"]
-    assert section["headline"] == {"peer_completions_per_s": None, "hf_vs_peer": None}
+    assert section["headline"] == dict.fromkeys(peer.HEADLINE)
     assert all("not installed" in section["headline_notes"][k] for k in peer.HEADLINE)
 
 
-def test_peer_table_and_headlines_come_from_the_runs():
+def test_peer_table_and_headlines_come_from_the_runs_in_tokens():
     runs = [
-        {"completions_per_s": 100.0, "mean_completion_len": 42.0},
-        {"completions_per_s": 140.0, "mean_completion_len": 40.0},
+        {"completions_per_s": 100.0, "mean_completion_len": 64.0},
+        {"completions_per_s": 140.0, "mean_completion_len": 64.0},
     ]
     ours = {
-        "built-in GPT, fp32 reference": {"completions_per_s": 300.0, "completion_tokens": 60.0},
-        "built-in GPT, shipped settings": {"completions_per_s": 500.0, "completion_tokens": 60.0},
+        peer.REFERENCE: {"completions_per_s": 300.0, "completion_tokens": 64.0, "tokens_per_s": 19200.0},
+        peer.SHIPPED: {"completions_per_s": 400.0, "completion_tokens": 64.0, "tokens_per_s": 25600.0},
     }
     section = peer._fill(
-        new_section("peer", peer.TITLE, owns=peer.HEADLINE), runs, ours, [200.0, 280.0, 260.0]
+        new_section("peer", peer.TITLE, owns=peer.HEADLINE), runs, ours, [200.0, 280.0, 260.0], 64
     )
-    assert section["headline"]["peer_completions_per_s"] == 120.0
-    assert section["headline"]["hf_vs_peer"] == pytest.approx(260.0 / 120.0)
+    headline = section["headline"]
+    assert headline["peer_completions_per_s"] == 120.0 and headline["peer_tokens_per_s"] == 120.0 * 64
+    assert headline["grpo_tokens_per_s"] == 19200.0
+    assert headline["tokens_vs_peer"] == pytest.approx(2.5)
+    assert headline["tokens_vs_peer_default"] == pytest.approx(25600 / 7680)
+    assert headline["hf_tokens_vs_peer"] == pytest.approx(260.0 * 64 / 7680)
+    assert headline["hf_vs_peer"] == pytest.approx(260.0 / 120.0)
     rows = {r[0]: r for r in section["tables"][0]["rows"]}
-    assert rows["built-in GPT, fp32 reference"][2] == pytest.approx(2.5)
-    assert any("2.50x the peer (target >= 2.5x: met)" in n for n in section["notes"])
-    assert any("shipped settings: 4.17x the peer (target >= 4x: met)" in n for n in section["notes"])
+    assert rows[peer.REFERENCE][1:5] == [300.0, 19200.0, 64.0, pytest.approx(2.5)]
+    assert any(
+        "fp32 reference: 2.50x the peer's tokens/s (target >= 2.5x: met)" in n for n in section["notes"]
+    )
+    assert any(
+        "shipped settings: 3.33x the peer's tokens/s (target >= 3x: met)" in n for n in section["notes"]
+    )
+
+
+def test_the_peer_runs_through_the_fixed_length_wrapper(monkeypatch):
+    seen = {}
+
+    def fake_run(args, **kwargs):
+        seen["args"] = args
+        return type("P", (), {"returncode": 0, "stdout": '{"completions_per_s": 1.0}\n', "stderr": ""})()
+
+    monkeypatch.setattr(peer.subprocess, "run", fake_run)
+    assert peer._peer_run(peer.PeerPlan()) == {"completions_per_s": 1.0}
+    args = seen["args"]
+    assert args[1] == str(peer.FIXED_LENGTH) and args[2].endswith("trl_grpo_bench.py")
+    assert args[args.index("--max-completion-length") + 1] == "64"
 
 
 def test_shipped_rows_follow_the_hardware(monkeypatch):
@@ -56,3 +79,20 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
     assert by_name[bf16][1]["precision.dtype"] == "bf16" and default == bf16  # compile is not shipped
     assert rows[-1][0].endswith("not shipped") and rows[-1][1]["model.compile"] is True
     assert [r[0] for r in grpo_rows.reference_rows()][-1] == grpo_rows.REFERENCE_ROW
+
+
+@pytest.mark.slow
+def test_the_wrapper_makes_the_unchanged_peer_decode_every_completion_to_full_length():
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("trl")
+    script = peer.PEER_DIR / "trl_grpo_bench.py"
+    if not script.is_file():
+        pytest.skip(f"no peer script at {script}")
+    args = [sys.executable, str(peer.FIXED_LENGTH), str(script), "--steps", "3", "--warmup", "2"]
+    args += ["--max-completion-length", "24", "--threads", "1"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["mean_completion_len"] == 24.0
