@@ -14,7 +14,7 @@ from rewards.sandbox import SandboxLimits
 
 MARKER = f"sbxmark{uuid.uuid4().hex[:10]}"
 SECRET = f"fake-ray-token-{uuid.uuid4().hex}"
-SHORT = SandboxLimits(wall_s=2.0, cpu_s=2.0)
+SHORT = SandboxLimits(wall_s=1.0, cpu_s=1.0)
 REPO = Path(__file__).resolve().parents[3]
 
 

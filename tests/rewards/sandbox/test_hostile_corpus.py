@@ -127,7 +127,7 @@ def test_ray_cannot_reach_the_cluster(leaves_nothing):
         server.setblocking(False)
         port = server.getsockname()[1]
         source = f"import ray\nray.init(address='127.0.0.1:{port}')\nprint('CONNECTED')"
-        result = run(source, SandboxLimits(wall_s=15, cpu_s=15, memory_mb=1024))
+        result = run(source, SandboxLimits(wall_s=8, cpu_s=8, memory_mb=1024))
         assert result.status in {"failed", "timeout"} and "CONNECTED" not in result.stdout, result
         with pytest.raises(BlockingIOError):
             server.accept()
@@ -142,6 +142,6 @@ def test_fork_bomb_is_capped_and_cleaned_up(fresh, leaves_nothing):
         "import os, subprocess\ntry:\n    subprocess.Popen(['sh', '-c', 'sleep 30; : MARKER'])\nexcept OSError:\n"
         "    pass\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     )
-    result = run(source, SandboxLimits(wall_s=2.0, processes=16), fresh=fresh)
+    result = run(source, SandboxLimits(wall_s=1.0, processes=16), fresh=fresh)
     assert result.status == "timeout", result
     assert len(os.listdir("/proc")) < before + 16
