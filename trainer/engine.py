@@ -206,7 +206,9 @@ class Trainer:
                 self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
             )
             with self.precision.autocast(), torch_threads(self.sampling_threads):
-                rollout = generate(self.policy, prompts, cfg, row_keys=keys, stop_at_eos=not self.fixed_length)
+                rollout = generate(
+                    self.policy, prompts, cfg, row_keys=keys, stop_at_eos=not self.fixed_length
+                )
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
             tickets.append(rewards.submit(texts, targets, fields=repeat_fields(chunk, cfg.group_size)))

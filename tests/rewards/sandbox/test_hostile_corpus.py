@@ -127,7 +127,7 @@ def test_ray_cannot_reach_the_cluster(leaves_nothing):
         server.setblocking(False)
         port = server.getsockname()[1]
         source = f"import ray\nray.init(address='127.0.0.1:{port}')\nprint('CONNECTED')"
-        result = run(source, SandboxLimits(wall_s=8, cpu_s=8, memory_mb=1024))
+        result = run(source, SandboxLimits(wall_s=5, cpu_s=5, memory_mb=1024))
         assert result.status in {"failed", "timeout"} and "CONNECTED" not in result.stdout, result
         with pytest.raises(BlockingIOError):
             server.accept()

@@ -81,6 +81,7 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
     assert [r[0] for r in grpo_rows.reference_rows()][-1] == grpo_rows.REFERENCE_ROW
 
 
+@pytest.mark.e2e  # a whole (short) run of the peer's trainer
 @pytest.mark.slow
 def test_the_wrapper_makes_the_unchanged_peer_decode_every_completion_to_full_length():
     import json
