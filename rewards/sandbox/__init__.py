@@ -3,10 +3,12 @@
 from rewards.sandbox import run_python
 run_python("print(sum(range(10)))").stdout  # '45\\n'
 
-Each execution gets fresh user, pid, net, ipc, uts, mount and cgroup namespaces (bubblewrap), a
-read-only view of /usr and the interpreter, a private tmpfs work directory, an emptied environment,
-rlimits, and its own pids (and memory) cgroup; the result's `status` says what became of it.
-Pure: no Ray, no torch.
+Executions run in bubblewrap sandboxes: their own user, pid, net, ipc, uts, mount and cgroup
+namespaces, a read-only view of /usr and the interpreter, private tmpfs work directory, /tmp and
+/dev/shm, an emptied environment, rlimits, and pids (and memory) cgroups. By default each is a
+child forked by a warm sandbox of the calling thread (`warm.py`: milliseconds, emptied and swept
+between executions); `fresh=True` starts a sandbox for the one execution. The result's `status`
+says what became of it. Pure: no Ray, no torch.
 """
 
 from rewards.sandbox.result import (
