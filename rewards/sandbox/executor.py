@@ -40,6 +40,7 @@ PRIVATE = (WORKDIR, "/tmp", "/dev/shm")
 IN_FD, OUT_FD = 10, 11  # the control channel, moved off 0 and 1
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 IPC_RMID = 0
+KEPT = {}  # private directory -> the paths bubblewrap made in it (filled at start)
 libc = ctypes.CDLL(None, use_errno=True)
 ME = os.getpid()
 
@@ -84,15 +85,38 @@ def _remove(path):
         pass
 
 
+def _keep(place):
+    """What bubblewrap made in a private directory before any program ran (the mount point of an
+    interpreter under /tmp, its parents): a set of paths, mount points not descended into."""
+    kept = set()
+    for entry in os.listdir(place):
+        path = os.path.join(place, entry)
+        kept.add(path)
+        if os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
+            kept |= _keep(path)
+    return kept
+
+
+def _empty(place, kept):
+    """Remove what a program left in `place`, keeping bubblewrap's own entries; True when only those remain."""
+    clean = True
+    for entry in os.listdir(place):
+        path = os.path.join(place, entry)
+        if path not in kept:
+            _remove(path)
+            clean = clean and not os.path.lexists(path)
+        elif os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
+            clean = _empty(path, kept) and clean
+    return clean
+
+
 def wipe():
-    """Empty the private directories; True when all three are empty."""
+    """Empty the private directories; True when nothing but what bubblewrap made is left."""
     clean = True
     for place in PRIVATE:
         try:
             os.chmod(place, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-            for entry in os.listdir(place):
-                _remove(os.path.join(place, entry))
-            clean = clean and not os.listdir(place)
+            clean = _empty(place, KEPT[place]) and clean
         except OSError:
             clean = False
     return clean
@@ -329,6 +353,7 @@ def main():
     os.dup2(null, 1)
     os.close(null)
     sys.stdout.flush()
+    KEPT.update({place: _keep(place) for place in PRIVATE})
     send({"ready": True, "clean": wipe()})
     while (req := recv()) is not None:
         send(execute(req))
