@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 from rewards.sandbox import bwrap as cmd
 from rewards.sandbox.cgroup import ExecutionCgroups
@@ -31,6 +32,7 @@ from rewards.sandbox.result import (
 DEFAULT_LIMITS = SandboxLimits()
 _reason_lock = threading.Lock()
 _reason: list[str | None] = []  # filled once per process by the probe
+_warm_works: list[bool] = []  # filled once per process by warm_sandboxes_work
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -171,14 +173,45 @@ def _execute(
 
 
 def _warm(request: dict, files: dict[str, str] | None, limits: SandboxLimits, python: str) -> SandboxResult:
+    """A child of a warm sandbox; a fresh sandbox where warm ones do not work here (checked once)."""
     started = time.monotonic()
     if (reason := sandbox_unavailable_reason()) is not None:
         return error_result(started, reason)
     for name in files or {}:
         cmd.check_file_name(name)
-    from rewards.sandbox.warm import POOL  # reads the executor's source once, at the first warm run
+    if not warm_sandboxes_work():
+        program = request.get("source")
+        command = [python, cmd.PROGRAM] if program is not None else request["argv"]
+        return _execute(
+            command, stdin=request["stdin"], files=files, limits=limits, program=program, python=python
+        )
+    from rewards.sandbox.warm import POOL
 
     return POOL.run({**request, "files": files or {}}, limits, python)
+
+
+def warm_sandboxes_work() -> bool:
+    """Whether a warm sandbox runs a trivial program here (checked once per process, after the
+    fresh sandbox's probe). Where it does not (an old kernel without pidfd_open, a bubblewrap
+    without --as-pid-1), every execution gets a fresh sandbox, with one warning."""
+    with _reason_lock:
+        if not _warm_works:
+            from rewards.sandbox.warm import POOL  # reads the executor's source once, here
+
+            probe = POOL.run(
+                {"source": "print('ok')", "stdin": "", "files": {}},
+                SandboxLimits(wall_s=10.0),
+                sys.executable,
+            )
+            _warm_works.append(probe.status == OK and probe.stdout == "ok\n")
+            if not _warm_works[0]:
+                warnings.warn(
+                    f"warm sandboxes do not work here ({probe.status}: {probe.detail}); every execution "
+                    "starts a sandbox of its own (about 35 ms instead of a few)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        return _warm_works[0]
 
 
 def run_command(

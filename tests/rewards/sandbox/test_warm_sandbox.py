@@ -40,12 +40,13 @@ def test_consecutive_executions_share_the_sandbox_but_nothing_of_each_other():
     )
     assert first.stdout == "planted\n", first
     sandbox = the_sandbox()
+    count = sandbox.executions
     second = run_python(
         "import json, sys, os\nprint(hasattr(json, 'PLANTED'), 'planted' in sys.modules, 'PLANTED' in os.environ)"
     )
     assert second.stdout == "False False False\n", second
     assert run_python(listing).stdout == before and "'x'" not in before
-    assert the_sandbox() is sandbox and sandbox.executions == 4
+    assert the_sandbox() is sandbox and sandbox.executions == count + 2
 
 
 def test_processes_and_sysv_ipc_an_execution_leaves_are_gone_before_its_result():
@@ -160,3 +161,17 @@ def test_the_sandbox_ends_with_the_process_that_started_it():
     memory = own_cgroup("memory")
     for left in memory.glob(f"{PREFIX}{pid}-*") if memory is not None else ():
         left.rmdir()
+
+
+def test_where_warm_sandboxes_do_not_work_every_execution_gets_a_fresh_one(monkeypatch):
+    from rewards.sandbox import run as run_module
+
+    assert run_module.warm_sandboxes_work()  # they do here
+    POOL.close()
+    monkeypatch.setattr(run_module, "_warm_works", [False])
+    result = run_python(
+        "print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0].decode().split('/')[-1])"
+    )
+    command = run_module.run_command(["cat", "a.txt"], files={"a.txt": "y"})
+    assert (result.status, result.stdout) == ("ok", "bwrap\n")  # pid 1 is bwrap's init, no executor
+    assert (command.status, command.stdout) == ("ok", "y") and POOL.idle_count() == 0
