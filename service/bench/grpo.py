@@ -182,6 +182,12 @@ def _extras(runner: Runner, base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _tokens_per_s(r: dict[str, Any]) -> float:
+    """Completion tokens per second (EOS included); from the completions and their mean length in
+    records written before trials measured it."""
+    return r.get("tokens_per_s") or r["completions_per_s"] * r["completion_tokens"]
+
+
 def _split_row(name: str, r: dict[str, Any]) -> list[Any]:
     return [
         name,
@@ -191,6 +197,7 @@ def _split_row(name: str, r: dict[str, Any]) -> list[Any]:
         r["update_s"] * 1e3,
         r["step_s"] * 1e3,
         r["completions_per_s"],
+        _tokens_per_s(r),
         r["reward_fraction"],
         r["completion_tokens"],
         r["no_eos_frac"],
@@ -207,6 +214,7 @@ SPLIT_COLUMNS = [
     "update ms",
     "step ms",
     "completions/s",
+    "completion tokens/s",
     "reward share",
     "mean completion tokens",
     "share without EOS",
@@ -313,6 +321,7 @@ def _ablation_section(ablation: dict[str, dict[str, Any]], device: str, not_run:
                 first / r["step_s"],
                 (prev or r["step_s"]) / r["step_s"],
                 r["completions_per_s"],
+                _tokens_per_s(r),
                 r["peak_mb"],
             ]
         )
@@ -326,7 +335,15 @@ def _ablation_section(ablation: dict[str, dict[str, Any]], device: str, not_run:
     add_table(
         section,
         f"SFT-warm policy, reference configuration on {device}",
-        ["configuration", "step ms", "speed-up vs baseline", "vs previous row", "completions/s", "peak MiB"],
+        [
+            "configuration",
+            "step ms",
+            "speed-up vs baseline",
+            "vs previous row",
+            "completions/s",
+            "completion tokens/s",
+            "peak MiB",
+        ],  # fmt: skip
         rows,
     )
     serial, streamed = ablation.get("+ shared prefill"), ablation.get("+ streamed pool scoring")
