@@ -23,7 +23,7 @@ from service.config_keys import ConfigError, describe_error, field_at, quoted
 from service.config_sources import deep_merge, read_config_file, set_dotted, switch_variants
 from service.config_sources import parse_override as _parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
-from service.task_config import FenTaskConfig, TaskConfig
+from service.task_config import MOVED_FROM_DATA, FenTaskConfig, TaskConfig, moved_from_data
 from trainer.config import Frozen, TrainerConfig
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
@@ -150,6 +150,11 @@ class ServiceConfig(TrainerConfig):
     run: RunConfig = RunConfig()
     logging: LoggingConfig = LoggingConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _chess_keys_moved(cls, data: Any) -> Any:
+        return moved_from_data(data) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _check_prompt_format(self) -> ServiceConfig:
         if self.task.chat_template and self.model.source != "hf":
@@ -247,7 +252,12 @@ def validate_config(data: Mapping[str, Any]) -> ServiceConfig:
 
 
 def parse_override(override: str) -> tuple[str, Any]:
-    """('dotted.key', value) from 'dotted.key=value' for a ServiceConfig key (`config_sources.parse_override`)."""
+    """('dotted.key', value) from 'dotted.key=value' for a ServiceConfig key (`config_sources.parse_override`).
+    A chess key under its old section (`data.min_plies=2`) sets it where it is now (`task.min_plies`)."""
+    key, sep, raw = override.partition("=")
+    section, _, leaf = key.strip().partition(".")
+    if sep and section == "data" and leaf in MOVED_FROM_DATA:
+        override = f"task.{leaf}={raw}"
     return _parse_override(override, ServiceConfig)
 
 

@@ -39,13 +39,60 @@ class _TaskBase(Frozen):
         return data
 
 
-class FenTaskConfig(_TaskBase):
-    """`name: fen`: a SAN move list -> the FEN of the position; its games come from the `data` section."""
+class _ChessTask(_TaskBase):
+    """Keys of the tasks whose positions come from generated games (`trainer.data.chess_games`)."""
+
+    min_plies: int = Field(1, ge=0, description="fewest half-moves in a generated game's prompt")
+    max_plies: int = Field(4, ge=0, description="most half-moves in a generated game's prompt")
+    natural: bool = Field(False, description="weight moves toward more natural play")
+
+    @model_validator(mode="after")
+    def _check_plies(self) -> _ChessTask:
+        if self.min_plies > self.max_plies:
+            raise ValueError(f"min_plies ({self.min_plies}) must be <= max_plies ({self.max_plies})")
+        return self
+
+
+FILE_SOURCES = {"pgn": "pgn", "jsonl": "jsonl", "json": "jsonl"}  # task.source by the file's extension
+
+
+class FenTaskConfig(_ChessTask):
+    """`name: fen`: a SAN move list -> the FEN of the position, from generated games or a file."""
 
     name: Literal["fen"] = Field("fen", description="fen: SAN moves from the start -> the resulting FEN")
+    source: Literal["generated", "pgn", "jsonl"] = Field(
+        "generated",
+        description="generated: random games (seeded by data.seed); pgn / jsonl: the games or (prompt, target) "
+        "rows of task.path",
+    )
+    path: str | None = Field(None, description="file for source=pgn or jsonl")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_extension(cls, data: Any) -> Any:
+        # A path given without a source is read as its extension says, never silently ignored.
+        if isinstance(data, dict) and data.get("path") and "source" not in data:
+            suffix = str(data["path"]).lower().rsplit(".", 1)[-1]
+            if suffix in FILE_SOURCES:
+                return {**data, "source": FILE_SOURCES[suffix]}
+            raise ValueError(
+                f"path {data['path']!r}: set task.source (pgn or jsonl); "
+                f"it cannot be told from the extension (.pgn, .jsonl, .json)"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _check_source(self) -> FenTaskConfig:
+        if self.source == "generated" and self.path:
+            raise ValueError(
+                f"path {self.path!r} is read only with source pgn or jsonl; source is 'generated'"
+            )
+        if self.source != "generated" and not self.path:
+            raise ValueError(f"source={self.source!r} needs task.path")
+        return self
 
 
-class MoveTaskConfig(_TaskBase):
+class MoveTaskConfig(_ChessTask):
     """`name: move`: a FEN -> a good move in SAN, judged by a chess engine (Stockfish)."""
 
     name: Literal["move"] = Field("move", description="move: a position (FEN) -> a move, judged by an engine")
@@ -114,3 +161,31 @@ class CodeTaskConfig(TextTaskConfig):
 # The run's task, by `task.name` (fen when absent); `service.tasks.TASKS` holds a task for each name.
 TaskConfig = tagged_union("name", "fen", FenTaskConfig, MoveTaskConfig, TextTaskConfig, CodeTaskConfig)
 TASK_CONFIGS = {"fen": FenTaskConfig, "move": MoveTaskConfig, "text": TextTaskConfig, "code": CodeTaskConfig}
+
+
+# `data.<key>` before these keys moved to the tasks that read them (the fen task all five, the move
+# task the plies and `natural`); a config file or a run's config.yaml of that time still loads.
+MOVED_FROM_DATA = {"source": "generated", "path": None, "min_plies": 1, "max_plies": 4, "natural": False}
+
+
+def moved_from_data(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the chess keys of its `data` section moved into its `task` section (written in
+    the old place, a key wins over the same key in `task`); a key the task does not read is dropped
+    at its old default and refused otherwise, in one line naming it."""
+    data = config.get("data")
+    if not isinstance(data, dict) or not MOVED_FROM_DATA.keys() & data.keys():
+        return config
+    task = config.get("task") or {}
+    task = task.model_dump() if hasattr(task, "model_dump") else dict(task)
+    name = task.get("name", "fen")
+    for key in MOVED_FROM_DATA.keys() & data.keys():
+        readers = ("fen",) if key in ("source", "path") else ("fen", "move")
+        if name in readers and (key not in task or data[key] != MOVED_FROM_DATA[key]):
+            task[key] = data[key]
+        elif name not in readers and data[key] != MOVED_FROM_DATA[key]:
+            tasks = " and ".join(readers)
+            raise ValueError(
+                f"data.{key} is now task.{key}, read by the {tasks} tasks only; task.name is {name!r}"
+            )
+    rest = {k: v for k, v in data.items() if k not in MOVED_FROM_DATA}
+    return {**config, "data": rest, "task": task}

@@ -205,48 +205,15 @@ _OTHER_MODEL_KEYS = {
 ModelConfig = tagged_union("source", "builtin", BuiltinModelConfig, HFModelConfig)
 
 
-FILE_SOURCES = {"pgn": "pgn", "jsonl": "jsonl", "json": "jsonl"}  # data.source by the file's extension
-
-
 class DataConfig(Frozen):
-    """Where (prompt, target) pairs come from."""
+    """Seeds and size of the training stream and the held-out set (what the stream holds is the task's)."""
 
-    source: Literal["generated", "pgn", "jsonl"] = Field(
-        "generated",
-        description="generated: random games (seeded); pgn / jsonl: the games or (prompt, target) rows of data.path",
-    )
-    path: str | None = Field(None, description="file for source=pgn or jsonl")
     seed: int = Field(0, description="seed of the training stream (its games, or its shuffle of a file)")
     eval_seed: int = Field(1_000_003, description="seed of the held-out set; disjoint from `seed`")
-    min_plies: int = Field(1, ge=0, description="fewest half-moves in a generated game's prompt")
-    max_plies: int = Field(4, ge=0, description="most half-moves in a generated game's prompt")
-    natural: bool = Field(False, description="weight moves toward more natural play")
     eval_size: int = Field(64, ge=1, description="held-out pairs evaluated (greedy) at each evaluation")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _source_from_extension(cls, data: Any) -> Any:
-        # A path given without a source is read as its extension says, never silently ignored.
-        if isinstance(data, dict) and data.get("path") and "source" not in data:
-            suffix = str(data["path"]).lower().rsplit(".", 1)[-1]
-            if suffix in FILE_SOURCES:
-                return {**data, "source": FILE_SOURCES[suffix]}
-            raise ValueError(
-                f"path {data['path']!r}: set data.source (pgn or jsonl); "
-                f"it cannot be told from the extension (.pgn, .jsonl, .json)"
-            )
-        return data
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
-        if self.source == "generated" and self.path:
-            raise ValueError(
-                f"path {self.path!r} is read only with source pgn or jsonl; source is 'generated'"
-            )
-        if self.min_plies > self.max_plies:
-            raise ValueError(f"min_plies ({self.min_plies}) must be <= max_plies ({self.max_plies})")
-        if self.source != "generated" and not self.path:
-            raise ValueError(f"source={self.source!r} needs data.path")
         if self.eval_seed == self.seed:
             raise ValueError("eval_seed must differ from seed (the held-out set must be disjoint)")
         return self

@@ -18,6 +18,7 @@ import torch
 
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
 from service.presets import PRESETS
+from service.task_config import FenTaskConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
@@ -61,9 +62,14 @@ def time_variant(
     torch.manual_seed(0)
     trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET), device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    data = cfg.data
+    task = PRESETS[preset].get("task", {})
+    games = FenTaskConfig.model_validate({k: v for k, v in task.items() if k in FenTaskConfig.model_fields})
     pairs = generate_pairs(
-        cfg.grpo.prompts_per_step * (warmup + steps), data.seed, data.min_plies, data.max_plies, data.natural
+        cfg.grpo.prompts_per_step * (warmup + steps),
+        cfg.data.seed,
+        games.min_plies,
+        games.max_plies,
+        games.natural,
     )
     rewards = fen_rewards()
     n = cfg.grpo.prompts_per_step

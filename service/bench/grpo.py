@@ -62,7 +62,6 @@ def reference_config(sft_steps: int, max_new_tokens: int = 64) -> dict[str, Any]
     cfg = TrainerConfig.model_validate(
         {
             "model": {"size": "tiny", "block_size": demo["model"]["block_size"]},
-            "data": {"min_plies": 1, "max_plies": 4},
             "sampling": {
                 "group_size": 8,
                 "max_new_tokens": max_new_tokens,

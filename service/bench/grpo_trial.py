@@ -41,6 +41,7 @@ from trainer.sampling.rollout import Rollout
 CHESS_TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 GRPO_DATA_SEED = 11  # GRPO prompts come from a stream apart from the SFT pairs
+MIN_PLIES, MAX_PLIES = 1, 4  # the reference work's openings (the fen task's default plies, as the peer's)
 
 
 def legacy_completion_logprobs(model, rollout: Rollout, temperature: float, *, entropy: bool = True):
@@ -251,7 +252,7 @@ def run_trial(
     rollouts = RolloutLog(trainer)
     n = cfg.grpo.prompts_per_step
     pairs = generate_pairs(
-        (warmup + steps) * n, seed=GRPO_DATA_SEED, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies
+        (warmup + steps) * n, seed=GRPO_DATA_SEED, min_plies=MIN_PLIES, max_plies=MAX_PLIES
     )
     decode = {}
     if sampling_threads is not None:
@@ -326,9 +327,7 @@ def sft_warm_start(
         raise ValueError(f"sft_warm_start needs sft.steps >= 1, got {cfg.sft.steps}")
     trainer = Trainer(cfg, CHESS_TOKENIZER, device=device)
     b = cfg.sft.batch_size
-    pairs = generate_pairs(
-        cfg.sft.steps * b, seed=cfg.data.seed, min_plies=cfg.data.min_plies, max_plies=cfg.data.max_plies
-    )
+    pairs = generate_pairs(cfg.sft.steps * b, seed=cfg.data.seed, min_plies=MIN_PLIES, max_plies=MAX_PLIES)
     began = time.perf_counter()
     losses = [trainer.sft_step(pairs[i * b : (i + 1) * b])["loss"] for i in range(cfg.sft.steps)]
     elapsed = time.perf_counter() - began

@@ -22,8 +22,9 @@ from service.run_dir import TINY_MODEL_DIR
 
 
 def _data_files(cfg: Any) -> list[str]:
-    task_files = (cfg.task.path, cfg.task.eval_path) if cfg.task.name == "text" else ()  # text's own keys
-    return [p for p in (cfg.data.path, *task_files) if p]
+    t = cfg.task
+    files = (t.path,) if t.name == "fen" else (t.path, t.eval_path) if t.name == "text" else ()
+    return [p for p in files if p]
 
 
 def preflight_here(cfg: Any, working_dir: Path | None) -> None:

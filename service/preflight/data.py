@@ -103,5 +103,5 @@ def check_generated_games(max_plies: int, limits: FitLimits | None) -> None:
     longest = max(0, max_plies * (MAX_SAN_CHARS + 1) - 1)
     if problem := limits.sampled(longest):
         raise ConfigError(
-            f"sampling.max_new_tokens: {limits.max_new_tokens} is too large: a {problem} (data.max_plies={max_plies})"
+            f"sampling.max_new_tokens: {limits.max_new_tokens} is too large: a {problem} (task.max_plies={max_plies})"
         )

@@ -62,11 +62,6 @@ class CodeTask(TextTask):
     @classmethod
     def check_config(cls, cfg: ServiceConfig) -> str | None:
         t = cfg.task
-        if cfg.data.source != "generated" or cfg.data.path:
-            return (
-                f"data.source: {cfg.data.source!r} (data.path {cfg.data.path!r}) is read by the fen task only; "
-                "the code task reads task.path, or generates its problems"
-            )
         if t.eval_path and not t.path:
             return "task.eval_path: held-out rows need training rows too (task.path); unset both to generate problems"
         if t.target_key == t.prompt_key:

@@ -2,8 +2,8 @@
 
     task: {name: move, train_positions: 2000, engine: {nodes: 2000}}
 
-Positions come from the FEN task's game generator (`data.seed`, `data.min_plies`..`max_plies`,
-`data.natural`; held out by the same split, `data.eval_size` / `data.eval_seed`). The SFT target
+Positions come from the FEN task's game generator (`data.seed`, `task.min_plies`..`max_plies`,
+`task.natural`; held out by the same split, `data.eval_size` / `data.eval_seed`). The SFT target
 is the engine's move (searched once, cached on disk; `service.tasks.move_data`). The reward
 (`rewards.move.MoveScorer`) runs one engine process in each reward worker. Held-out figures:
 legal rate, mean centipawn loss (a move that is not legal counting as `max_cp_loss`; also over
@@ -20,6 +20,7 @@ from rewards import OK, RewardConfig, Scorer
 from rewards.config import EngineConfig
 from rewards.engine import EngineUnavailable, find_engine
 from rewards.move import MoveScorer
+from service.task_config import MoveTaskConfig
 from service.tasks.base import Task, check_reward_fields
 from service.tasks.move_data import held_out_positions, move_pairs, training_positions
 from trainer.config import DataConfig
@@ -38,13 +39,8 @@ class MoveTask(Task):
     reward: RewardConfig
     engine: EngineConfig
     train_positions: int
+    games: MoveTaskConfig = MoveTaskConfig()  # the plies of the generated games the positions come from
     checked_at_submit = False  # the engine is on the cluster; the submitting machine may lack it
-
-    @classmethod
-    def check_config(cls, cfg: ServiceConfig) -> str | None:
-        if cfg.data.source != "generated" or cfg.data.path:
-            return f"data.source: {cfg.data.source!r} is read by the fen task only; the move task generates positions"
-        return None
 
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> MoveTask:
@@ -58,17 +54,17 @@ class MoveTask(Task):
             scorer,
             lambda name: None if name in ("target", "fen") else "the move task's items (fen and target)",
         )
-        return cls(cfg.data, cfg.reward, cfg.task.engine, cfg.task.train_positions)
+        return cls(cfg.data, cfg.reward, cfg.task.engine, cfg.task.train_positions, cfg.task)
 
     @property
     def alphabet(self) -> str:
         return CHESS_ALPHABET
 
     def eval_pairs(self) -> list[FieldPair]:
-        return move_pairs(held_out_positions(self.data), self.engine, lambda _: None)
+        return move_pairs(held_out_positions(self.data, self.games), self.engine, lambda _: None)
 
     def training_pairs(self, log: Callable[[str], None]) -> list[FieldPair]:
-        fens = training_positions(self.data, self.train_positions)
+        fens = training_positions(self.data, self.games, self.train_positions)
         return move_pairs(fens, self.engine, log)
 
     def train_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:

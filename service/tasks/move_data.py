@@ -21,6 +21,7 @@ import chess
 from rewards.config import EngineConfig
 from rewards.engine import EngineJudge, find_engine
 from rewards.move import FEN_FIELD
+from service.task_config import MoveTaskConfig
 from trainer.config import DataConfig
 from trainer.data.chess_games import eval_pairs, pair_at
 from trainer.data.pairs import FieldPair
@@ -28,26 +29,26 @@ from trainer.data.pairs import FieldPair
 _MAX_DRAWS_PER_POSITION = 50  # stream indices tried per wanted position (duplicates, finished games)
 
 
-def training_positions(data: DataConfig, n: int) -> list[str]:
+def training_positions(data: DataConfig, games: MoveTaskConfig, n: int) -> list[str]:
     """The first n distinct training FENs with a legal move (ValueError when the ply range holds fewer)."""
     fens: list[str] = []
     seen: set[str] = set()
     for index in range(n * _MAX_DRAWS_PER_POSITION):
-        fen = pair_at(data.seed, index, data.min_plies, data.max_plies, data.natural).target
+        fen = pair_at(data.seed, index, games.min_plies, games.max_plies, games.natural).target
         if fen not in seen and _has_move(fen):
             seen.add(fen)
             fens.append(fen)
             if len(fens) == n:
                 return fens
     raise ValueError(
-        f"task.train_positions: {n} distinct positions with plies in [{data.min_plies}, {data.max_plies}] "
-        f"were not found (got {len(fens)}); widen data.min_plies/max_plies or ask for fewer"
+        f"task.train_positions: {n} distinct positions with plies in [{games.min_plies}, {games.max_plies}] "
+        f"were not found (got {len(fens)}); widen task.min_plies/max_plies or ask for fewer"
     )
 
 
-def held_out_positions(data: DataConfig) -> list[str]:
+def held_out_positions(data: DataConfig, games: MoveTaskConfig) -> list[str]:
     """The held-out FENs (data.eval_size of them, less any finished game)."""
-    pairs = eval_pairs(data.eval_size, data.eval_seed, data.min_plies, data.max_plies, data.natural)
+    pairs = eval_pairs(data.eval_size, data.eval_seed, games.min_plies, games.max_plies, games.natural)
     return [p.target for p in pairs if _has_move(p.target)]
 
 

@@ -58,11 +58,6 @@ class TextTask(Task):
     def check_config(cls, cfg: ServiceConfig) -> str | None:
         if not cfg.task.path:
             return "task.path: the text task needs a JSONL file of rows (one object per line with a prompt)"
-        if cfg.data.source != "generated" or cfg.data.path:
-            return (
-                f"data.source: {cfg.data.source!r} (data.path {cfg.data.path!r}) is read by the fen task only; "
-                "the text task reads its rows from task.path"
-            )
         if cfg.task.target_key == cfg.task.prompt_key:
             return f"task.target_key: {cfg.task.target_key!r} is task.prompt_key too; the target needs its own key"
         if not cfg.reward.user:

@@ -52,7 +52,7 @@ FAULT_TOTAL_STEPS = 4 + 64
 
 def fault_sets(data_path: Path, *more: str) -> tuple[str, ...]:
     """FAULT_SETS reading its training pairs from a JSON-lines file, plus `more` overrides."""
-    return (*FAULT_SETS, "data.source=jsonl", f"data.path={data_path}", *more)
+    return (*FAULT_SETS, "task.source=jsonl", f"task.path={data_path}", *more)
 
 
 # Keys of a metrics.jsonl row that measure time or the reward pool's own fault handling; the

@@ -288,8 +288,8 @@ def test_a_file_with_no_good_line_is_refused_in_one_line(tmp_path):
     path.write_bytes(b"not json\n\xff\xfe\n[1, 2]\n")
     proc = subprocess.run(
         [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(tmp_path / "run"),
-         "--set", "data.source=jsonl", "--set", f"data.path={path}"],
+         "--set", "task.source=jsonl", "--set", f"task.path={path}"],
         cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1 and "data.path" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "task.path" in proc.stderr, proc.stderr

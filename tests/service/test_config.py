@@ -18,9 +18,11 @@ from service.config import (
     load_config,
     parse_override,
     trainer_config,
+    validate_config,
 )
 from service.presets import DEFAULT_PRESET
 from service.run_dir import fresh_config, new_run_id, prepare_run_dir, resolve_run, resumed_config
+from service.task_config import MOVED_FROM_DATA
 from trainer.config import TrainerConfig
 from trainer.schedule import Schedule
 
@@ -80,7 +82,7 @@ def test_override_values_are_yaml_scalars():
         (["nope=1"], "nope: unknown key 'nope'; allowed keys of the top level: seed, model, data"),
         (["grpo.steps.x=1"], "grpo.steps.x: grpo.steps is a value, not a section"),
         (["grpo=5"], "grpo: 5 is not allowed; expected a section"),
-        (["data.min_plies=9"], "data: min_plies (9) must be <= max_plies"),
+        (["task.min_plies=9"], "task: min_plies (9) must be <= max_plies"),
         (["grpo.steps"], "--set 'grpo.steps': expected dotted.key=value"),
         (
             ["scaling.num_workers=2", "grpo.prompts_per_step=15"],
@@ -275,3 +277,20 @@ def test_the_embedded_ray_offers_what_the_placement_keys_ask_for():
     assert (
         custom_resources_needed(load_config("smoke")) == {} and local_node_labels(load_config("smoke")) == {}
     )
+
+
+def test_the_chess_keys_written_under_data_load_where_they_are_now(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("data: {min_plies: 2, max_plies: 3, natural: true, eval_size: 8}\n")
+    cfg = load_config("smoke", str(old))
+    assert (cfg.task.name, cfg.task.min_plies, cfg.task.max_plies, cfg.task.natural) == ("fen", 2, 3, True)
+    assert cfg.data.eval_size == 8 and "min_plies" not in cfg.data.model_dump()
+    assert load_config("move-smoke", overrides=["data.max_plies=5"]).task.max_plies == 5
+    resolved = {**cfg.model_dump(mode="json"), "data": {**cfg.data.model_dump(), **MOVED_FROM_DATA}}
+    resolved["task"] = {"name": "text", "path": "x.jsonl"}  # a text run's config.yaml of that time
+    resolved["reward"] = {"user": [{"fn": "rewards.code:code_reward"}]}
+    assert "min_plies" not in validate_config(resolved).task.model_dump()  # defaults dropped
+    with pytest.raises(
+        ConfigError, match=r"^data.min_plies is now task.min_plies, read by the fen and move tasks only"
+    ):
+        validate_config({**resolved, "data": {**resolved["data"], "min_plies": 3}})

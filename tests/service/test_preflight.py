@@ -58,15 +58,15 @@ def _refused(capsys, tmp_path: Path, *sets: str) -> str:
 
 
 def test_an_unencodable_record_among_300_is_refused_with_its_line(capsys, tmp_path, games):
-    err = _refused(capsys, tmp_path, f"data.path={games}")  # the source comes from the extension
-    assert f"data.path: {games}:137: prompt character '\u2014'" in err
+    err = _refused(capsys, tmp_path, f"task.path={games}")  # the source comes from the extension
+    assert f"task.path: {games}:137: prompt character '\u2014'" in err
 
 
 def test_a_record_longer_than_the_block_is_refused_with_its_line(capsys, tmp_path):
     rows = _game_rows()
     rows[3]["prompt"] = " ".join(["e4"] * 40)  # 119 characters: + BOS/SEP + 72 new tokens > 128
     path = _write(tmp_path / "long.jsonl", rows)
-    err = _refused(capsys, tmp_path, f"data.path={path}")
+    err = _refused(capsys, tmp_path, f"task.path={path}")
     assert f"{path}:4: prompt of 119 characters" in err and "model.block_size (128)" in err
 
 
@@ -80,7 +80,7 @@ def test_a_record_longer_than_the_block_is_refused_with_its_line(capsys, tmp_pat
         (["run.num_cpus=1", "pool.num_workers=3"], "run.num_cpus: 1 is below the 3 CPUs"),
         (["scaling.use_gpu=true"], "scaling.use_gpu: true, but this machine has no CUDA"),
         (["run.storage_path=/proc/no-such-dir"], "run.storage_path: '/proc/no-such-dir' cannot be written"),
-        (["data.path=games.txt"], "set data.source (pgn or jsonl)"),
+        (["task.path=games.txt"], "set task.source (pgn or jsonl)"),
     ],
 )
 def test_refused_before_anything_starts(capsys, tmp_path, sets, expected):
@@ -108,9 +108,9 @@ def test_a_reward_failing_on_some_items_passes(tmp_path):
 
 
 def test_data_path_source_comes_from_the_extension(games):
-    assert load_config("smoke", overrides=[f"data.path={games}"]).data.source == "jsonl"
+    assert load_config("smoke", overrides=[f"task.path={games}"]).task.source == "jsonl"
     with pytest.raises(ConfigError, match="read only with source pgn or jsonl"):
-        load_config("smoke", overrides=["data.source=generated", f"data.path={games}"])
+        load_config("smoke", overrides=["task.source=generated", f"task.path={games}"])
 
 
 def test_the_command_line_refuses_in_seconds(tmp_path):
@@ -151,7 +151,7 @@ def test_submit_refuses_unencodable_data(capsys, monkeypatch, games):
     from test_client_cli import closed_port_address
 
     monkeypatch.chdir(REPO)
-    argv = ["submit", "--address", closed_port_address(), "--preset", "smoke", "--set", f"data.path={games}"]
+    argv = ["submit", "--address", closed_port_address(), "--preset", "smoke", "--set", f"task.path={games}"]
     assert client_main(argv) == 2
     assert f"{games}:137: prompt character" in capsys.readouterr().err
 

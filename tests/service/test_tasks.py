@@ -21,9 +21,9 @@ def test_the_registry_builds_the_configured_task():
 def test_fen_task_streams_the_generated_games_and_scores_with_the_fen_reward():
     cfg = load_config("smoke")
     task = build_task(cfg)
-    d = cfg.data
+    d, t = cfg.data, cfg.task
     stream = task.train_stream(None)
-    assert [stream(i) for i in range(3)] == [pair_at(d.seed, i, d.min_plies, d.max_plies) for i in range(3)]
+    assert [stream(i) for i in range(3)] == [pair_at(d.seed, i, t.min_plies, t.max_plies) for i in range(3)]
     assert task.training_pairs(print) is None  # generated: nothing to load
     held_out = task.eval_pairs()
     assert len(held_out) == d.eval_size
@@ -62,7 +62,7 @@ def test_a_jsonl_file_gives_canonical_targets_and_its_own_held_out_set(tmp_path)
     lines.append(json.dumps({"prompt": "e4", "target": "not a fen"}))
     path = tmp_path / "games.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    cfg = load_config("smoke", None, ["data.source=jsonl", f"data.path={path}", "data.eval_size=8"])
+    cfg = load_config("smoke", None, ["task.source=jsonl", f"task.path={path}", "data.eval_size=8"])
     task = build_task(cfg)
     logs = []
     train = task.training_pairs(logs.append)

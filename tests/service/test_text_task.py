@@ -192,18 +192,12 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
             r"^reward.user: the text task is scored by user rewards alone",
         ),
         (
-            [
-                "task.name=text",
-                "task.path=x.jsonl",
-                "reward.user=[{fn: f}]",
-                "data.source=jsonl",
-                "data.path=y.jsonl",
-            ],
-            r"^data.source: 'jsonl' .* is read by the fen task only",
+            ["task.name=text", "task.path=x.jsonl", "reward.user=[{fn: f}]", "data.source=jsonl"],
+            r"^task.source: .*read only with task.name 'fen'",
         ),
         (
-            ["task.path=x.jsonl"],
-            r"^task.path: 'x.jsonl' is read only with task.name 'text', 'code' \(task.name is 'fen'\); remove it",
+            ["task.name=text", "task.path=x.jsonl", "reward.user=[{fn: f}]", "task.min_plies=2"],
+            r"^task.min_plies: .*read only with task.name 'fen', 'move'",
         ),
         (["task.stop=[';']"], r"^task.stop: \[';'\] is read only with task.name 'text'"),
         (

@@ -43,7 +43,6 @@ GRPO_LR = 1e-3
 CONFIG = {
     "seed": 5,
     "model": {"size": "custom", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 96},
-    "data": {"min_plies": 1, "max_plies": 3},
     "sampling": {"group_size": 4, "max_new_tokens": 24, "temperature": 1.0},
     "sft": {"steps": 1, "batch_size": SFT_PAIRS, "lr": SFT_LR, "warmup_steps": 0},
     "grpo": {"steps": 1, "prompts_per_step": GRPO_PROMPTS, "beta": 0.04},

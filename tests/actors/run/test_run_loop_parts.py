@@ -18,7 +18,6 @@ def _cfg(sft=3, grpo=5, batch=4, prompts=2, eval_every=2) -> TrainerConfig:
         {
             "sft": {"steps": sft, "batch_size": batch},
             "grpo": {"steps": grpo, "prompts_per_step": prompts, "eval_every": eval_every},
-            "data": {"min_plies": 1, "max_plies": 3},
         }
     )
 

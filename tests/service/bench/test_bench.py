@@ -125,7 +125,6 @@ def test_reference_config_is_the_reference():
     assert cfg.sampling.max_new_tokens == 64 and cfg.sampling.use_kv_cache
     assert cfg.grpo.beta == 0.04 and cfg.grpo.passes == 1
     assert cfg.precision.dtype == "fp32" and not cfg.model.compile
-    assert (cfg.data.min_plies, cfg.data.max_plies) == (1, 4)
     off = TrainerConfig.model_validate(
         with_updates(cfg.model_dump(mode="json"), {"sampling.use_kv_cache": False})
     )
