@@ -109,6 +109,20 @@ def bwrap_argv(
     # After the private /tmp: an interpreter that lives under /tmp (a CI virtualenv) stays visible.
     for root in interpreter_binds(python):
         args += ["--ro-bind", root, root]
+    args += file_args(files)
+    if program_fd is not None:
+        args += ["--ro-bind-data", str(program_fd), program_path]
+    args += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
+    for key, value in program_env(python).items():
+        args += ["--setenv", key, value]
+    if address_space_mb is None:
+        return [*args, "--", *command]
+    return [*args, "--", *prlimit_argv(limits, address_space_mb), "--", *command]
+
+
+def file_args(files: dict[str, int]) -> list[str]:
+    """bwrap's arguments that copy each fd of `files` into the work directory, making parents first."""
+    args: list[str] = []
     made: set[str] = set()
     for name, fd in files.items():
         path = check_file_name(name)
@@ -117,10 +131,12 @@ def bwrap_argv(
                 made.add(str(parent))
                 args += ["--dir", f"{WORKDIR}/{parent}"]
         args += ["--file", str(fd), f"{WORKDIR}/{path}"]
-    if program_fd is not None:
-        args += ["--ro-bind-data", str(program_fd), program_path]
-    args += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
-    env = {
+    return args
+
+
+def program_env(python: str) -> dict[str, str]:
+    """The program's whole environment (bwrap starts it from an empty one)."""
+    return {
         "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": WORKDIR,
         "TMPDIR": "/tmp",
@@ -128,20 +144,16 @@ def bwrap_argv(
         "PYTHONPATH": WORKDIR,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    for key, value in env.items():
-        args += ["--setenv", key, value]
-    if address_space_mb is None:
-        return [*args, "--", *command]
+
+
+def prlimit_argv(limits: SandboxLimits, address_space_mb: int) -> list[str]:
+    """prlimit with CPU seconds, address space, file size, open files and no core dump."""
     cpu = cpu_seconds(limits)
-    args += [
-        "--",
+    return [
         "/usr/bin/prlimit",
         f"--cpu={cpu}:{cpu + 1}",
         f"--as={address_space_mb << 20}",
         f"--fsize={limits.file_size_mb << 20}",
         f"--nofile={limits.open_files}",
         "--core=0",
-        "--",
-        *command,
     ]
-    return args
