@@ -59,6 +59,21 @@ def system_binds() -> list[str]:
     return args
 
 
+def memfd(name: str, data: bytes) -> int:
+    """A readable memfd holding `data`, at offset 0 (close-on-exec: only pass_fds reach the launcher)."""
+    fd = os.memfd_create(name)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def launcher_argv(procs_files: list[str], bwrap: list[str]) -> list[str]:
+    """`sh -c LAUNCH`: join each cgroup (its cgroup.procs file), then exec bwrap's argv."""
+    return ["/bin/sh", "-c", LAUNCH, "launch", str(len(procs_files)), *procs_files, *bwrap]
+
+
 def tool(name: str) -> str:
     return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or name
 

@@ -150,6 +150,11 @@ class ExecutionCgroups:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in (self.pids, self.memory) if d is not None]
 
+    def address_space_mb(self, memory_mb: int) -> int:
+        """RLIMIT_AS for a program of `memory_mb`: 4x with the memory cgroup (which then binds what is
+        touched; interpreters map far more than they use), 1x where it alone has to bind."""
+        return memory_mb * 4 if self.memory is not None else memory_mb
+
     def members(self) -> list[int]:
         return members(self.pids) if self.pids is not None else []
 

@@ -35,19 +35,6 @@ _reason: list[str | None] = []  # filled once per process by the probe
 _warm_works: list[bool] = []  # filled once per process by warm_sandboxes_work
 
 
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name)  # close-on-exec: only pass_fds reach the launcher
-    _write_all(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _pump(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:
     """Read stdout and stderr until both close; stop early at the deadline or past the cap."""
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
@@ -103,17 +90,17 @@ def _execute(
     proc: subprocess.Popen | None = None
     try:
         cgroups = ExecutionCgroups(processes=limits.processes, memory_mb=limits.memory_mb)
-        file_fds = {name: _memfd("file", text.encode()) for name, text in (files or {}).items()}
+        file_fds = {name: cmd.memfd("file", text.encode()) for name, text in (files or {}).items()}
         fds += file_fds.values()
-        program_fd = _memfd("program", program.encode()) if program is not None else None
+        program_fd = cmd.memfd("program", program.encode()) if program is not None else None
         if program_fd is not None:
             fds.append(program_fd)
-        stdin_fd = _memfd("stdin", stdin.encode()) if stdin else subprocess.DEVNULL
+        stdin_fd = cmd.memfd("stdin", stdin.encode()) if stdin else subprocess.DEVNULL
         if stdin:
             fds.append(stdin_fd)
         status_r, status_w = os.pipe()
         fds += [status_r, status_w]
-        address_space = limits.memory_mb * 4 if cgroups.memory is not None else limits.memory_mb
+        address_space = cgroups.address_space_mb(limits.memory_mb)
         argv = cmd.bwrap_argv(
             cmd.tool("bwrap"),
             command,
@@ -124,9 +111,8 @@ def _execute(
             program_fd=program_fd,
             address_space_mb=address_space,
         )
-        procs = cgroups.procs_files
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", cmd.LAUNCH, "launch", str(len(procs)), *procs, *argv],
+            cmd.launcher_argv(cgroups.procs_files, argv),
             stdin=stdin_fd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

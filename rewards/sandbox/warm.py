@@ -68,11 +68,9 @@ class WarmSandbox:
         # bwrap and the executor hold 2 pids, as bwrap and its init do in a fresh sandbox: the
         # program gets the same number of its own.
         self.cgroups = ExecutionCgroups(processes=key.processes, memory_mb=key.memory_mb + EXECUTOR_MB)
-        self.address_space = (key.memory_mb * 4 if self.cgroups.memory is not None else key.memory_mb) << 20
-        fd = os.memfd_create("executor")
+        self.address_space = self.cgroups.address_space_mb(key.memory_mb) << 20
+        fd = cmd.memfd("executor", EXECUTOR_SOURCE.encode())
         try:
-            os.write(fd, EXECUTOR_SOURCE.encode())
-            os.lseek(fd, 0, os.SEEK_SET)
             argv = cmd.bwrap_argv(
                 cmd.tool("bwrap"),
                 [key.python, EXECUTOR],
@@ -86,9 +84,8 @@ class WarmSandbox:
                 die_with_parent=False,  # it ends when this process's end closes its control pipe
                 as_pid_1=True,  # the program cannot kill the executor; the namespace dies with it
             )
-            procs = self.cgroups.procs_files
             self.proc = subprocess.Popen(
-                ["/bin/sh", "-c", cmd.LAUNCH, "launch", str(len(procs)), *procs, *argv],
+                cmd.launcher_argv(self.cgroups.procs_files, argv),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
