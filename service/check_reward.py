@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
 from actors.pool.failure_policy import BatchCounts, expected_dropped_share
+from rewards.env.check import env_problem
 from service.config import ConfigError, ServiceConfig, load_config
 from service.preflight import reward_problem
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
@@ -107,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         return 2
+    if task.episode_host() is not None:
+        return _check_environment(task, pairs, args.n)
     trial = run_trial(
         task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2
     )
@@ -116,6 +119,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verdict:      refused: {problem}", flush=True)
         return 2
     print("verdict:      a run would accept these rewards", flush=True)
+    return 0
+
+
+def _check_environment(task, pairs: Sequence, n: int) -> int:
+    """An environment task: the environment tried on n rows, each played twice with its
+    demonstration (`service.tasks.env.EnvTask.environment_trial`)."""
+    trial = task.environment_trial(pairs, n)
+    statuses = ", ".join(f"{status} {count}" for status, count in trial.statuses.most_common())
+    kind = (
+        "deterministic" if task.deterministic else "not declared deterministic (episodes cannot be replayed)"
+    )
+    lines = [
+        f"environment:  {task.env} (task env), {kind}",
+        f"sample:       {trial.episodes // 2} rows, each played twice with its demonstration",
+        f"cost/call:    {_ms(trial.step_s)} per reset or step (mean of {trial.calls})",
+        f"statuses:     {statuses or 'none'}",
+        *(f"  error: {reason[:120]}" for reason in trial.errors[:3]),
+        f"determinism:  {len(trial.mismatches)} of {trial.episodes // 2} rows played differently the second time",
+    ]
+    print("\n".join(lines), flush=True)
+    problem = env_problem(trial)
+    if problem:
+        print(f"verdict:      refused: {problem}", flush=True)
+        return 2
+    print("verdict:      a run would accept this environment", flush=True)
     return 0
 
 

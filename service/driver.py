@@ -244,7 +244,8 @@ class RunDriver:
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             self._scorer = self.task.scorer()
-            pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
+            if self._scorer is not None:  # an environment task's episodes are their own rewards
+                pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
             if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
                 self._export()

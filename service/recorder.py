@@ -36,6 +36,7 @@ from trainer.schedule import Schedule
 EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean", "count")
 # Kept too when the evaluation sampled k completions per prompt (grpo.eval_k).
 SAMPLED_SUMMARY_KEYS = ("k", "pass_at_1", "pass_at_k", "mean_at_k")
+EPISODE_SUMMARY_KEYS = ("success_rate", "turns_mean", "env_step_s", "env_errors")  # environment tasks
 ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
 
 
@@ -71,7 +72,7 @@ def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
 def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
-    sampled = {k: record[k] for k in SAMPLED_SUMMARY_KEYS if k in record}
+    sampled = {k: record[k] for k in (*SAMPLED_SUMMARY_KEYS, *EPISODE_SUMMARY_KEYS) if k in record}
     return {**{k: record.get(k) for k in EVAL_SUMMARY_KEYS}, **sampled}
 
 
@@ -243,7 +244,7 @@ class RunRecorder:
         if final and grpo_start and final is not grpo_start:
             summary["gain"] = {
                 k: final[k] - grpo_start[k]
-                for k in ("reward_mean", "exact_match", "valid_rate")
+                for k in ("reward_mean", "exact_match", "valid_rate", "success_rate", "turns_mean")
                 if isinstance(final.get(k), int | float) and isinstance(grpo_start.get(k), int | float)
             }
         return summary

@@ -20,6 +20,12 @@ from trainer.config import Frozen, tagged_union
 _FLAT_KEYS = ("path", "eval_path", "prompt_key", "target_key", "stop", "engine", "train_positions")
 
 
+def _check_stops(value: list[str]) -> list[str]:
+    if any(not s for s in value):
+        raise ValueError(f"{value!r} holds an empty string; every stop string needs at least one character")
+    return value
+
+
 class _TaskBase(Frozen):
     """Keys every task reads: how prompts reach an hf policy."""
 
@@ -122,14 +128,7 @@ class TextTaskConfig(_TaskBase):
     )
     stop: list[str] = Field(default_factory=list, description="strings that end a completion (besides EOS)")
 
-    @field_validator("stop")
-    @classmethod
-    def _non_empty_stops(cls, value: list[str]) -> list[str]:
-        if any(not s for s in value):
-            raise ValueError(
-                f"{value!r} holds an empty string; every stop string needs at least one character"
-            )
-        return value
+    _non_empty_stops = field_validator("stop")(lambda value: _check_stops(value))
 
 
 class CodeTaskConfig(TextTaskConfig):
@@ -158,9 +157,53 @@ class CodeTaskConfig(TextTaskConfig):
     memory_mb: int = Field(512, ge=16, description="memory of one sandboxed run (past it: status memory)")
 
 
+class EnvTaskConfig(_TaskBase):
+    """`name: env`: multi-turn episodes with an environment that answers each turn."""
+
+    name: Literal["env"] = Field("env", description="env: episodes with an environment (rewards.env)")
+    env: str = Field(
+        "guess",
+        min_length=1,
+        description="the environment: a bundled name (guess) or 'module:Class' (a rewards.env.Environment)",
+    )
+    max_turns: int = Field(
+        8, ge=1, description="most actions in an episode; one still going after them ends as max_turns"
+    )
+    episode_reward: Literal["sum", "final"] = Field(
+        "sum", description="an episode's reward: the sum of its turns' rewards, or the last turn's"
+    )
+    step_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        description="seconds one reset or step may take; a later one ends the episode as timeout",
+    )
+    path: str | None = Field(
+        None,
+        description="JSONL file of rows (one object per line) handed to reset; unset: the environment's own",
+    )
+    eval_path: str | None = Field(
+        None, description="held-out rows (JSONL); unset: data.eval_size rows generated apart (data.eval_seed)"
+    )
+    stop: list[str] = Field(
+        default_factory=lambda: ["\n"],
+        min_length=1,
+        description="strings that end a turn: the text before one is the action handed to step",
+    )
+
+    _non_empty_stops = field_validator("stop")(lambda value: _check_stops(value))
+
+
 # The run's task, by `task.name` (fen when absent); `service.tasks.TASKS` holds a task for each name.
-TaskConfig = tagged_union("name", "fen", FenTaskConfig, MoveTaskConfig, TextTaskConfig, CodeTaskConfig)
-TASK_CONFIGS = {"fen": FenTaskConfig, "move": MoveTaskConfig, "text": TextTaskConfig, "code": CodeTaskConfig}
+TaskConfig = tagged_union(
+    "name", "fen", FenTaskConfig, MoveTaskConfig, TextTaskConfig, CodeTaskConfig, EnvTaskConfig
+)
+TASK_CONFIGS = {
+    "fen": FenTaskConfig,
+    "move": MoveTaskConfig,
+    "text": TextTaskConfig,
+    "code": CodeTaskConfig,
+    "env": EnvTaskConfig,
+}
 
 
 # `data.<key>` before these keys moved to the tasks that read them (the fen task all five, the move

@@ -27,8 +27,9 @@ from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.data.pairs import repeat_fields
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import greedy_summary, sampled_summary
+from trainer.evaluation import greedy_summary, sampled_summary, summarise_eval
 from trainer.grpo.dynamic import Batch, fill_batch
+from trainer.grpo.episode_rewards import episode_figures, episode_rewards
 from trainer.grpo.reward_source import Rewards, RewardSource
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
@@ -40,6 +41,7 @@ from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
+from trainer.sampling.episodes import EpisodeHost, generate_episodes
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.row_noise import row_keys
@@ -73,15 +75,19 @@ class Trainer:
         *,
         stop: Sequence[str] = (),
         policy: Policy | None = None,
+        episodes: EpisodeHost | None = None,
     ) -> None:
         """The policy is `policy`, else built from cfg.model (the built-in GPT over `tokenizer`,
         initial weights drawn from cfg.seed). stop: the task's stop strings; a completion ends at
-        the first one (`trainer.sampling.stop`)."""
+        the first one (`trainer.sampling.stop`). episodes: where multi-turn episodes run (an
+        environment task): each sample is then an episode, a stop string ends a turn, and the
+        episode's result is its reward (`trainer.sampling.episodes`)."""
         self.cfg = cfg
         self.device = _resolve_device(device)
         self.policy = policy if policy is not None else build_policy(cfg, tokenizer)
         self.tokenizer = self.policy.tokenizer
         self.stop = tuple(stop)
+        self.episodes = episodes
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         self.precision = Precision(cfg.precision, self.device)
@@ -201,10 +207,15 @@ class Trainer:
         rollouts, tickets = [], []
         for start in range(0, len(pairs), cfg.prompts_per_microbatch):
             chunk = pairs[start : start + cfg.prompts_per_microbatch]
-            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             keys = row_keys(
                 self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
             )
+            if self.episodes is not None:  # the episode's result is its reward: nothing to submit
+                rollout, ticket, _ = self._episodes(chunk, cfg, keys)
+                rollouts.append(rollout)
+                tickets.append(ticket)
+                continue
+            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             with self.precision.autocast(), torch_threads(self.sampling_threads):
                 rollout = generate(
                     self.policy, prompts, cfg, row_keys=keys, stop_at_eos=not self.fixed_length
@@ -214,6 +225,24 @@ class Trainer:
             tickets.append(rewards.submit(texts, targets, fields=repeat_fields(chunk, cfg.group_size)))
             rollouts.append(rollout)
         return rollouts, tickets
+
+    def _episodes(
+        self, pairs: Sequence[Any], cfg, keys: Tensor | None, greedy: bool = False
+    ) -> tuple[Rollout, Rewards, list[Any]]:
+        """Episodes of `pairs` (cfg.group_size each) as one micro-batch: the rollout, the rewards
+        and each episode's result."""
+        with self.precision.autocast(), torch_threads(self.sampling_threads):
+            out = generate_episodes(
+                self.policy,
+                self.episodes,
+                [p.prompt for p in pairs],
+                [getattr(p, "fields", None) or {} for p in pairs],
+                cfg,
+                self.stop,
+                greedy=greedy,
+                row_keys=keys,
+            )
+        return out.rollout, episode_rewards(out.results, out.env_wait_s), out.results
 
     def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
         """Time a short greedy decode of `prompt` under each thread count, and sample with the
@@ -287,7 +316,7 @@ class Trainer:
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
-            scored = rewards.collect(tickets)
+            scored = Rewards.concat(tickets) if self.episodes is not None else rewards.collect(tickets)
         return Batch(rollouts, scored, ref_logprobs)
 
     def update_context(self) -> UpdateContext:
@@ -363,7 +392,8 @@ class Trainer:
             truncated_frac=float(shaped.truncated.float().mean()),
             kl_reward_penalty=float(shaped.kl_penalty.mean()),
         )
-        host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items()})
+        host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items() if not k.startswith("env_")})
+        host.update(episode_figures(scored.stats))  # the env_ stats as means
         return host
 
     # ----------------------------------------------------------------- evaluation
@@ -384,13 +414,39 @@ class Trainer:
         and mean_at_k of sample_k completions per pair sampled at the training temperature (a
         sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
         key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
-        Runs on this rank alone.
+        Runs on this rank alone. With episodes (an environment task) every pair is one greedy
+        episode, its result the reward (`score_fn` unused; see `_evaluate_episodes`).
         """
+        if self.episodes is not None:
+            return self._evaluate_episodes(pairs, n_samples)
         completions = self._complete(pairs, 1, greedy=True)
         summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by)
         if sample_k:
             summary.update(self._sampled_eval(pairs, score_fn, sample_k))
         return summary
+
+    def _evaluate_episodes(self, pairs: Sequence[Any], n_samples: int) -> dict[str, Any]:
+        """One greedy episode per pair: the usual summary (each sample's completion is its whole
+        transcript after the prompt) plus success_rate, turns_mean, env_step_s and env_errors."""
+        cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
+        parts, transcripts = [], []
+        for chunk in _chunks(pairs, EVAL_PROMPTS_PER_BATCH):
+            _, rewards, results = self._episodes(chunk, cfg, None, greedy=True)
+            parts.append(rewards)
+            transcripts.extend(self._transcript_text(r.transcript) for r in results)
+        scored = Rewards.concat(parts)
+        summary = summarise_eval(
+            [p.prompt for p in pairs], [None] * len(pairs), transcripts, scored.values,
+            scored.statuses, n_samples, scored.usable,
+        )  # fmt: skip
+        summary.update(episode_figures(scored.stats))
+        return summary
+
+    def _transcript_text(self, transcript: Sequence[str]) -> str:
+        """An episode after its prompt as the policy saw it: each action with the stop string that
+        ended it, then the environment's answer."""
+        end = self.stop[0] if self.stop else ""
+        return "".join(x + (end if i % 2 == 0 else "") for i, x in enumerate(transcript[1:]))
 
     def _complete(
         self, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None

@@ -1,7 +1,8 @@
 """Supervised warm start: teacher-forced cross-entropy on (prompt -> target) pairs.
 
 Each pair becomes `BOS prompt SEP target EOS`; the loss covers the target characters and the EOS
-only. Batches are right-padded, so plain causal attention is exact for every real token (a pad
+only. A pair with `turns` (an environment's demonstration) is its transcript instead, the
+environment's answers left out of the loss (`encode_turns`). Batches are right-padded, so plain causal attention is exact for every real token (a pad
 only ever follows them) and the model's causal fast path applies.
 """
 
@@ -25,6 +26,19 @@ class SFTBatch(NamedTuple):
     num_tokens: int  # tokens in the loss (target characters + EOS of every row)
 
 
+def encode_turns(tokenizer, prompt: str, turns: Sequence[tuple[str, str]]) -> tuple[list[int], list[bool]]:
+    """An episode's transcript as the sampler lays it out: the prompt, then each turn's action (in
+    the loss) and the environment's answer (context only, as in the GRPO loss); no EOS after it,
+    as an episode ends when the environment says so."""
+    ids = tokenizer.encode_prompt(prompt)
+    mask = [False] * len(ids)
+    for action, observation in turns:
+        acted, answered = tokenizer.encode_text(action), tokenizer.encode_text(observation)
+        ids += acted + answered
+        mask += [True] * len(acted) + [False] * len(answered)
+    return ids, mask
+
+
 def build_sft_batch(pairs: Sequence[Any], tokenizer, device: torch.device | str, max_len: int) -> SFTBatch:
     """Encode `pairs` (objects with `.prompt` and `.target` strings) into one right-padded batch.
 
@@ -38,7 +52,10 @@ def build_sft_batch(pairs: Sequence[Any], tokenizer, device: torch.device | str,
             prompt, target = pair.prompt, pair.target
         except AttributeError:
             raise TypeError(f"pair {i} must have .prompt and .target, got {type(pair).__name__}") from None
-        ids, loss_mask = tokenizer.encode_pair(prompt, target)
+        turns = getattr(pair, "turns", None)
+        ids, loss_mask = (
+            encode_turns(tokenizer, prompt, turns) if turns else tokenizer.encode_pair(prompt, target)
+        )
         if len(ids) - 1 > max_len:
             raise ValueError(
                 f"pair {i} needs {len(ids) - 1} positions (BOS + prompt + SEP + target), more than "

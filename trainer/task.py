@@ -34,6 +34,11 @@ class TrainingTask(Protocol):
         from a file, else the task's own generator."""
         ...
 
+    def episode_host(self) -> Any | None:
+        """Where this rank's episodes run (`trainer.sampling.episodes.EpisodeHost`) for a task whose
+        samples are episodes with an environment; None for a task of one completion per sample."""
+        ...
+
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
         """Task-specific held-out figures from the scorer's results (added to exact match,
         valid rate and mean reward)."""

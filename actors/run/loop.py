@@ -131,7 +131,10 @@ class WorkerLoop:
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
-        self.trainer = Trainer(spec.trainer, device=self.device, stop=spec.task.stop, policy=policy)
+        episodes = spec.task.episode_host()  # an environment task's: samples are episodes, no pool
+        self.trainer = Trainer(
+            spec.trainer, device=self.device, stop=spec.task.stop, policy=policy, episodes=episodes
+        )
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
         self.runtime = {**runtime_settings(self.trainer), **threads}
@@ -197,8 +200,10 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            metrics = self.trainer.grpo_step(pairs, self.rewards(), refill=lambda t: data.refill(step, t))
-            metrics.update(self._pool_health(step))
+            rewards = None if self.trainer.episodes is not None else self.rewards()
+            metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
+            if rewards is not None:
+                metrics.update(self._pool_health(step))
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
         return self.reward_failure(step, metrics) if phase == "grpo" else None
 
@@ -213,7 +218,8 @@ class WorkerLoop:
         problem = error_rate_problem(counts, self.spec.pool.error_rate_threshold)
         if problem is None:
             return None
-        reasons = [" ".join(r.split())[:200] for r in getattr(self.rewards(), "failure_reasons", [])]
+        source = self.trainer.episodes if self.trainer.episodes is not None else self.rewards()
+        reasons = [" ".join(r.split())[:200] for r in getattr(source, "failure_reasons", [])]
         return f"reward error rate exceeded at step {step}: {problem}; first reasons: {reasons}"
 
     def _pool_health(self, step: int) -> dict[str, float]:
@@ -268,7 +274,7 @@ class WorkerLoop:
         if self.rank != 0:
             return
         began = time.perf_counter()
-        pool = self.pool()
+        pool = self.pool() if self.trainer.episodes is None else None  # episodes score themselves
         result = self.trainer.evaluate(
             self.spec.eval_pairs,
             lambda completions, targets, fields=None: pool.score(completions, targets, fields),

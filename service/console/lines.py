@@ -60,6 +60,11 @@ def eval_line(record: Mapping[str, Any]) -> str:
         f"reward {number(record.get('reward_mean'), 3)}  exact {percent(record.get('exact_match'))}  "
         f"valid {percent(record.get('valid_rate'))}  on {record.get('count')} held-out prompts"
     )
+    if "success_rate" in record:  # episodes with an environment
+        line += (
+            f"; episodes: success {percent(record.get('success_rate'))}  turns {number(record.get('turns_mean'), 2)}  "
+            f"env errors {record.get('env_errors', 0):g}"
+        )
     if "k" in record:  # k completions sampled per prompt as well
         line += (
             f"; k={record['k']}: pass@1 {percent(record.get('pass_at_1'))}  "
@@ -86,11 +91,17 @@ def _held_out(summary: Mapping[str, Any]) -> str | None:
         )
     gain = (summary.get("gain") or {}).get("reward_mean")
     signed = f" ({gain:+.3f})" if _is_number(gain) else ""
-    return (
+    line = (
         f"held-out reward {number(start.get('reward_mean'), 3)} -> {number(final.get('reward_mean'), 3)}{signed}, "
         f"exact {percent(start.get('exact_match'))} -> {percent(final.get('exact_match'))}, "
         f"valid {percent(start.get('valid_rate'))} -> {percent(final.get('valid_rate'))}"
     )
+    if "success_rate" in final:
+        line += (
+            f", success {percent(start.get('success_rate'))} -> {percent(final.get('success_rate'))}, "
+            f"turns {number(start.get('turns_mean'), 2)} -> {number(final.get('turns_mean'), 2)}"
+        )
+    return line
 
 
 def summary_lines(summary: Mapping[str, Any], reports: list[str]) -> list[str]:

@@ -109,6 +109,11 @@ def check_run(
 ) -> PoolConfig:
     """Relations, then the rewards on the run's data; the pool config to run with (chunks fitted)."""
     check_relations(cfg, driver=driver)
+    if task.episode_host() is not None:  # an environment task: its environment is tried instead
+        problem = task.environment_problem(list(train_pairs or eval_set))
+        if problem:
+            raise PreflightError(f"task.env: {problem}")
+        return cfg.pool
     trial = try_rewards(task.scorer(), list(train_pairs or eval_set), cfg.pool)
     cost = trial.mean_cost
     pool = chunks_for_cost(cfg.pool, cost)

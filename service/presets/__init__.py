@@ -16,6 +16,9 @@ overrides go on top.
 - `code-smoke` / `code-demo`: the same two for the `code` task's bundled problems (a one-line lambda
   run against assert lines in the sandbox, which they need); code-demo's GRPO aims to raise the
   held-out pass@1 over its SFT start.
+- `env-smoke` / `env-demo`: the same two for multi-turn episodes with the bundled `guess`
+  environment (find a number; it answers "higher" or "lower"); env-demo's GRPO aims to raise the
+  held-out success rate over its SFT start.
 
 A preset holds only what differs from the defaults of the typed configs, and is the same kind of
 YAML as a user's `--config` file (`python -m service.train --config service/presets/demo.yaml`
@@ -33,7 +36,8 @@ import yaml
 DEFAULT_PRESET = "demo"
 # The order presets are listed in (`--help`, errors); every YAML file of this folder is one.
 PRESET_NAMES = (
-    "smoke", "demo", "gpt2-4090", "move-smoke", "move-demo", "hf-smoke", "hf-demo", "code-smoke", "code-demo"
+    "smoke", "demo", "gpt2-4090", "move-smoke", "move-demo", "hf-smoke", "hf-demo", "code-smoke", "code-demo",
+    "env-smoke", "env-demo",
 )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from service.tasks.base import Task
 from service.tasks.code import CodeTask
+from service.tasks.env import EnvTask
 from service.tasks.fen import FenTask
 from service.tasks.move import MoveTask
 from service.tasks.text import TextTask
@@ -22,6 +23,7 @@ TASKS: dict[str, type[Task]] = {
     MoveTask.name: MoveTask,
     TextTask.name: TextTask,
     CodeTask.name: CodeTask,
+    EnvTask.name: EnvTask,
 }
 
 
@@ -30,4 +32,4 @@ def build_task(cfg: ServiceConfig) -> Task:
     return TASKS[cfg.task.name].from_config(cfg)
 
 
-__all__ = ["TASKS", "CodeTask", "FenTask", "MoveTask", "Task", "TextTask", "build_task"]
+__all__ = ["TASKS", "CodeTask", "EnvTask", "FenTask", "MoveTask", "Task", "TextTask", "build_task"]

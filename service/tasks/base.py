@@ -67,6 +67,11 @@ class Task(ABC):
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
         return {}
 
+    def episode_host(self) -> Any | None:
+        """Where a rank's episodes run, for a task whose samples are episodes with an environment
+        (`trainer.sampling.episodes.EpisodeHost`); None: one completion per sample, scored."""
+        return None
+
 
 def check_reward_fields(scorer: Scorer, lacking: Callable[[str], str | None]) -> None:
     """Refuse (ValueError, one line) a user reward that needs an argument the task's items lack.

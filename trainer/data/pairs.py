@@ -33,6 +33,16 @@ class FieldPair(NamedTuple):
     fields: dict[str, Any]  # name -> value: what the rewards take besides completion and target
 
 
+class EpisodePair(NamedTuple):
+    """A row of an environment task: its first observation, the row handed to reset, and a
+    demonstration (each turn's action with the stop string that ends it, and the answer)."""
+
+    prompt: str  # the environment's first observation
+    target: str | None  # the demonstration as text (None: no demonstration; GRPO only)
+    fields: dict[str, Any]  # the row
+    turns: tuple[tuple[str, str], ...] | None = None  # (action + stop, observation) per turn
+
+
 def repeat_fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
     """Each pair's data fields repeated for its k completions; None when no pair carries any."""
     fields = [getattr(p, "fields", None) for p in pairs]

@@ -50,6 +50,10 @@ class PolicyTokenizer(Protocol):
         """Prompt then target then EOS, and the loss mask (True on the target and the EOS)."""
         ...
 
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        ...
+
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str: ...
 
 

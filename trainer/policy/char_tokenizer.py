@@ -47,6 +47,10 @@ class CharTokenizer:
             pos = next(i for i, c in enumerate(text) if c not in table)
             raise UnknownCharacterError(text[pos], pos, text, self.alphabet) from None
 
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        return self.encode(text)
+
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
         """Text of `ids`; specials and unknown ids are dropped, never an error.
 

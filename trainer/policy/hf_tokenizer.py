@@ -44,6 +44,10 @@ class HFTokenizer:
         target_ids = [*self.tok(target, add_special_tokens=False)["input_ids"], self.eos_id]
         return prompt_ids + target_ids, [False] * len(prompt_ids) + [True] * len(target_ids)
 
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
         """Text of `ids` without special tokens; with `stop_at_eos`, up to the first EOS."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)

@@ -28,7 +28,9 @@ __all__ = [
     "completions_text",
     "decode_step",
     "generate",
+    "check_prompts",
     "left_pad",
+    "prefill",
     "release_static_cache",
     "sample_tokens",
 ]
@@ -118,7 +120,9 @@ def _decode_loop(
     return tokens, logps
 
 
-def _validate(policy: Policy, prompts: Sequence[Sequence[int]], cfg: SamplingConfig) -> None:
+def check_prompts(policy: Policy, prompts: Sequence[Sequence[int]], cfg: SamplingConfig) -> None:
+    """ValueError (one line) for prompts the sampler cannot take: empty, out of the vocabulary, or
+    leaving no room for max_new_tokens."""
     if not prompts:
         raise ValueError("generate needs at least one prompt, got an empty list")
     if any(isinstance(p, str) for p in prompts):
@@ -170,7 +174,7 @@ def _assemble(
     )
 
 
-def _prefill(
+def prefill(
     policy: Policy, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int
 ) -> tuple[Tensor, Step]:
     """The decoder of `ids` `[B, P]`: the first logits `[B*K, V]` and the step.
@@ -209,7 +213,7 @@ def generate(
     """
     policy = BuiltinPolicy(model, tokenizer) if isinstance(model, GPT) else model
     tokenizer = policy.tokenizer
-    _validate(policy, prompts, cfg)
+    check_prompts(policy, prompts, cfg)
     if row_keys is not None and tuple(row_keys.shape) != (len(prompts) * cfg.group_size,):
         raise ValueError(
             f"row_keys must be [B*K] = [{len(prompts) * cfg.group_size}], got {tuple(row_keys.shape)}"
@@ -220,7 +224,7 @@ def generate(
     ids, mask = left_pad(prompts, tokenizer.pad_id, device)
     max_len = ids.shape[1] + cfg.max_new_tokens
     with torch.no_grad(), eval_mode(policy.module):
-        first, step = _prefill(policy, ids, mask, cfg, max_len)
+        first, step = prefill(policy, ids, mask, cfg, max_len)
         tokens, logps = _decode_loop(
             first, step, cfg, tokenizer.eos_id, greedy, stop_at_eos, generator, row_keys
         )

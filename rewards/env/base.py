@@ -1,0 +1,65 @@
+"""What a user writes: an environment class, one instance per episode.
+
+    class GuessNumber(Environment):
+        deterministic = True              # the same row and actions give the same observations
+
+        def reset(self, row) -> str:      # row: the data row (a dict); returns the first observation
+            ...
+        def step(self, action: str) -> StepResult | tuple[str, float, bool]:
+            ...                           # (observation, reward, done)
+
+`setup()` runs before `reset` and `close()` after the episode's last step, whatever ended it
+(an instance may hold an engine or a temporary directory). A turn's reward may be 0 until the
+last; the episode's reward is their sum, or the last one (`task.episode_reward`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple
+
+
+class StepResult(NamedTuple):
+    observation: str  # what the policy reads next ("" when done)
+    reward: float  # this turn's reward
+    done: bool  # the episode is over
+
+
+class Environment:
+    """Base class of an environment; subclasses override `reset` and `step`."""
+
+    # True when the same row and the same actions always give the same observations and rewards:
+    # an episode can then be rebuilt by replaying its actions (and `check_env` verifies it).
+    deterministic: ClassVar[bool] = False
+    # Every character its observations may hold (the built-in policy's tokenizer is built from it).
+    alphabet: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        """Before the episode's `reset` (acquire what the instance needs)."""
+
+    def reset(self, row: Mapping[str, Any]) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define reset(row) -> first observation")
+
+    def step(self, action: str) -> StepResult | tuple[str, float, bool]:
+        raise NotImplementedError(
+            f"{type(self).__name__} must define step(action) -> (observation, reward, done)"
+        )
+
+    def close(self) -> None:
+        """After the episode's last step (release what `setup` took)."""
+
+    # ---- optional, for generated data and a warm start ----------------------------------------
+    @classmethod
+    def generate_row(cls, index: int, seed: int) -> Mapping[str, Any]:
+        """Row `index` of the environment's own endless data (a pure function of index and seed);
+        environments whose rows come only from a file need not define it."""
+        raise NotImplementedError(
+            f"{cls.__name__} has no generate_row: set task.path to a JSONL file of rows"
+        )
+
+    @classmethod
+    def demonstration(cls, row: Mapping[str, Any], rng: random.Random) -> list[str] | None:
+        """The actions of a good episode on `row` (drawing any choice from `rng`), for the SFT
+        warm start; None: none known."""
+        return None

@@ -1,0 +1,73 @@
+"""Trying an environment before a run: each sample row played twice with the same actions.
+
+For every row: the time of each reset and step, the statuses the episodes ended with, and,
+where the environment declares itself deterministic, whether the two plays gave the same
+observations and rewards (what replaying an episode relies on).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.env.base import Environment
+from rewards.env.episode import Episode, EpisodeResult
+
+
+@dataclass
+class EnvTrial:
+    episodes: int = 0
+    calls: int = 0  # resets and steps
+    seconds: float = 0.0
+    statuses: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)  # first reason of each failed episode
+    mismatches: list[str] = field(default_factory=list)  # rows whose two plays differed
+
+    @property
+    def step_s(self) -> float:
+        return self.seconds / self.calls if self.calls else 0.0
+
+
+def play(env_cls: type[Environment], row: Mapping[str, Any], actions: Sequence[str], max_turns: int,
+         step_timeout_s: float | None) -> EpisodeResult:  # fmt: skip
+    """One episode of `row` with the given actions (the episode may end before they run out)."""
+    episode = Episode(env_cls, row, max_turns=max_turns, step_timeout_s=step_timeout_s)
+    if episode.start() is not None:
+        for action in actions:
+            if episode.act(action)[1]:
+                break
+    return episode.end("ok")
+
+
+def try_environment(
+    env_cls: type[Environment],
+    plays: Sequence[tuple[Mapping[str, Any], Sequence[str]]],
+    max_turns: int,
+    step_timeout_s: float | None = None,
+) -> EnvTrial:
+    """Play each (row, actions) twice; what it cost and what went wrong."""
+    trial = EnvTrial()
+    for row, actions in plays:
+        first, second = (play(env_cls, row, actions, max_turns, step_timeout_s) for _ in range(2))
+        for result in (first, second):
+            trial.episodes += 1
+            trial.calls += result.turns + 1
+            trial.seconds += result.env_s
+            trial.statuses[result.status] += 1
+        if first.reason and first.status != "ok":
+            trial.errors.append(first.reason)
+        same = first.transcript == second.transcript and first.reward == second.reward
+        if env_cls.deterministic and not same:
+            trial.mismatches.append(f"row {dict(row)!r:.80}: two plays of the same actions differ")
+    return trial
+
+
+def env_problem(trial: EnvTrial) -> str | None:
+    """One line saying why a run should not start with this environment; None when it may."""
+    if trial.errors:
+        return f"{len(trial.errors)} of {trial.episodes // 2} sample rows failed: {trial.errors[0]}"
+    if trial.mismatches:
+        return f"declared deterministic, but {trial.mismatches[0]}"
+    return None

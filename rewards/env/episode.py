@@ -1,0 +1,176 @@
+"""One episode of an environment under the episode's rules, ending with an explicit status.
+
+Statuses:
+- `ok`: the environment said done (or the policy ended the episode with EOS);
+- `max_tokens`: the sampler's token budget ran out first (the reward so far stands, as a
+  completion cut at max_new_tokens keeps its reward);
+- `max_turns`: the environment never said done within `max_turns` turns;
+- `env_error`: reset or step raised, or returned something of the wrong shape;
+- `timeout`: a step took longer than the step deadline.
+The last three carry no reward: the episode's group is handled like one with an unusable reward.
+Nothing raises out of an episode; the first failure's reason is kept for the records.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.env.base import Environment, StepResult
+
+OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT = "ok", "max_tokens", "max_turns", "env_error", "timeout"
+EPISODE_STATUSES = (OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT)
+USABLE_EPISODE_STATUSES = frozenset({OK, MAX_TOKENS})
+REWARD_MODES = ("sum", "final")
+
+
+@dataclass
+class EpisodeResult:
+    """How an episode ended, for the trainer and the records."""
+
+    reward: float  # the episode's reward (0 where not usable: never trained on)
+    usable: bool
+    status: str
+    turns: int  # actions the environment received
+    env_s: float  # seconds spent in reset and step
+    success: bool  # the environment ended it with a positive reward
+    done_by_env: bool = False  # the environment said done (not the policy's EOS, not a limit)
+    transcript: list[str] = field(default_factory=list)  # first observation, then action, observation, ...
+    reason: str | None = None  # why, for env_error / timeout / max_turns
+
+
+def checked_step(out: Any) -> StepResult:
+    """`out` of a step as a StepResult; ValueError (one line) when it has the wrong shape."""
+    if not isinstance(out, tuple | list) or len(out) != 3:
+        raise ValueError(f"step must return (observation, reward, done), got {_preview(out)}")
+    observation, reward, done = out
+    if not isinstance(observation, str):
+        raise ValueError(f"step's observation must be a str, got {type(observation).__name__}")
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise ValueError(f"step's reward must be a finite number, got {_preview(reward)}")
+    if not isinstance(done, bool):
+        raise ValueError(f"step's done must be a bool, got {type(done).__name__}")
+    return StepResult(observation, float(reward), done)
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class Episode:
+    """An environment instance playing one row; `start`, then `act` per turn, then `end`."""
+
+    def __init__(
+        self,
+        env_cls: type[Environment],
+        row: Mapping[str, Any],
+        *,
+        max_turns: int,
+        reward_mode: str = "sum",
+        step_timeout_s: float | None = None,
+    ) -> None:
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+        self.env_cls, self.row = env_cls, row
+        self.max_turns, self.reward_mode, self.step_timeout_s = max_turns, reward_mode, step_timeout_s
+        self.env: Environment | None = None
+        self.rewards: list[float] = []
+        self.transcript: list[str] = []
+        self.turns = 0  # actions the environment received
+        self.env_s = 0.0
+        self.status: str | None = None  # set when the episode is over
+        self.reason: str | None = None
+        self.done_by_env = False
+
+    @property
+    def over(self) -> bool:
+        return self.status is not None
+
+    def _fail(self, status: str, reason: str) -> None:
+        self.status, self.reason = status, reason
+
+    def _timed(self, what: str, call) -> Any:
+        """call() timed; a late or failing call ends the episode (returns None then)."""
+        began = time.perf_counter()
+        try:
+            out = call()
+        except Exception as exc:  # the environment's own failure: a status, never a crash
+            self._fail(ENV_ERROR, f"{what} raised {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            took = time.perf_counter() - began
+            self.env_s += took
+        if self.step_timeout_s is not None and took > self.step_timeout_s:
+            self._fail(TIMEOUT, f"{what} took {took:.2f}s, past task.step_timeout_s={self.step_timeout_s:g}")
+            return None
+        return out
+
+    def start(self) -> str | None:
+        """The first observation; None when the environment could not start (status env_error)."""
+        self.env = self._timed("the constructor", self.env_cls)
+        if self.over:
+            return None
+        self._timed("setup", self.env.setup)
+        if self.over:
+            return None
+        first = self._timed("reset", lambda: self.env.reset(self.row))
+        if self.over:
+            return None
+        if not isinstance(first, str):
+            self._fail(ENV_ERROR, f"reset must return the first observation (a str), got {_preview(first)}")
+            return None
+        self.transcript.append(first)
+        return first
+
+    def act(self, action: str) -> tuple[str, bool]:
+        """The policy's action of one turn -> (observation, episode over)."""
+        if self.over:
+            return "", True
+        self.turns += 1
+        self.transcript.append(action)
+        out = self._timed("step", lambda: self.env.step(action))
+        if self.over:
+            return "", True
+        try:
+            result = checked_step(out)
+        except ValueError as exc:
+            self._fail(ENV_ERROR, str(exc))
+            return "", True
+        self.rewards.append(result.reward)
+        self.transcript.append(result.observation)
+        if result.done:
+            self.status, self.done_by_env = OK, True
+        elif self.turns >= self.max_turns:
+            self._fail(MAX_TURNS, f"not done after task.max_turns={self.max_turns} turns")
+        return ("", True) if self.over else (result.observation, False)
+
+    def end(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
+        """Close the environment and say how the episode ended; cut: the status the sampler ended it
+        with (`max_tokens`, `ok` for the policy's EOS, `env_error` for an observation it cannot
+        write) when the episode was still going, and why."""
+        if not self.over:
+            self.status, self.reason = cut or MAX_TOKENS, reason
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception as exc:  # a failing close spoils nothing already played, but is said
+                self.reason = self.reason or f"close raised {type(exc).__name__}: {exc}"
+        usable = self.status in USABLE_EPISODE_STATUSES
+        reward = (
+            (sum(self.rewards) if self.reward_mode == "sum" else self.rewards[-1]) if self.rewards else 0.0
+        )
+        return EpisodeResult(
+            reward=reward if usable else 0.0,
+            usable=usable,
+            status=self.status,
+            turns=self.turns,
+            env_s=self.env_s,
+            success=self.done_by_env and usable and reward > 0,
+            done_by_env=self.done_by_env,
+            transcript=list(self.transcript),
+            reason=self.reason,
+        )

@@ -1,0 +1,66 @@
+"""A batch of episodes run in this process: what the sampler talks to while it decodes.
+
+The sampler starts one episode per sample (K per row), hands over the actions of the samples that
+ended a turn, and gets each one's observation back; `finish` closes them all and returns their
+results in sample order. The methods match `trainer.sampling.episodes.EpisodeHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rewards.env.base import Environment
+from rewards.env.episode import ENV_ERROR, Episode, EpisodeResult
+from rewards.env.loading import load_environment
+
+
+class LocalEpisodes:
+    """Episodes of one sampling batch, one `Episode` per sample, stepped in this process."""
+
+    def __init__(
+        self,
+        env: str | type[Environment],
+        *,
+        max_turns: int,
+        reward_mode: str = "sum",
+        step_timeout_s: float | None = None,
+    ) -> None:
+        self.env_cls = load_environment(env) if isinstance(env, str) else env
+        self.max_turns, self.reward_mode, self.step_timeout_s = max_turns, reward_mode, step_timeout_s
+        self._episodes: list[Episode] = []
+        self.failure_reasons: list[str] = []  # the last batch's, for a run that its errors end
+
+    def start(self, rows: Sequence[Mapping[str, Any]], prompts: Sequence[str], group_size: int) -> list[bool]:
+        """Start group_size episodes of each row (samples row after row); whether each one is running
+        (False: it ended at once, `env_error`). Its first observation must be the row's prompt."""
+        self._episodes = []
+        for row, prompt in zip(rows, prompts, strict=True):
+            for _ in range(group_size):
+                episode = Episode(
+                    self.env_cls,
+                    row,
+                    max_turns=self.max_turns,
+                    reward_mode=self.reward_mode,
+                    step_timeout_s=self.step_timeout_s,
+                )
+                first = episode.start()
+                if first is not None and first != prompt:
+                    episode._fail(
+                        ENV_ERROR,
+                        f"reset gave {first[:60]!r}, not the row's prompt {prompt[:60]!r}: "
+                        "an environment's reset must depend on its row alone",
+                    )
+                self._episodes.append(episode)
+        return [not e.over for e in self._episodes]
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
+        """Sample index -> its action; returns sample index -> (observation, episode over)."""
+        return {i: self._episodes[i].act(action) for i, action in actions.items()}
+
+    def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
+        """Close every episode (cut: sample index -> (status, reason) the sampler ended it with)."""
+        results = [e.end(*cut.get(i, (None, None))) for i, e in enumerate(self._episodes)]
+        self._episodes = []
+        self.failure_reasons = [r.reason for r in results if not r.usable and r.reason][:3]
+        return results

@@ -1,0 +1,41 @@
+"""Finding an environment class from the config: a bundled name or `module:Class`."""
+
+from __future__ import annotations
+
+import importlib
+
+from rewards.env.base import Environment
+
+# Bundled environments by name, imported only when named.
+BUNDLED_ENVIRONMENTS = {"guess": "rewards.env.guess:GuessNumber"}
+
+
+class EnvSpecError(ValueError):
+    """An environment the config names that cannot be found or used (one line)."""
+
+
+def load_environment(spec: str) -> type[Environment]:
+    """The class `spec` names (a bundled name, or `module:Class`); EnvSpecError otherwise."""
+    if not isinstance(spec, str) or not spec:
+        raise EnvSpecError(f"task.env must be a bundled name or 'module:Class', got {spec!r}")
+    path = BUNDLED_ENVIRONMENTS.get(spec, spec)
+    if path.count(":") != 1:
+        bundled = ", ".join(sorted(BUNDLED_ENVIRONMENTS))
+        raise EnvSpecError(f"task.env {spec!r}: name a bundled environment ({bundled}) or 'module:Class'")
+    module_name, attr = path.split(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module's own code failing at import
+        raise EnvSpecError(
+            f"task.env {spec!r}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise EnvSpecError(f"task.env {spec!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise EnvSpecError(f"task.env {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
+    missing = [m for m in ("reset", "step") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise EnvSpecError(f"task.env {spec!r}: {attr} has no {' or '.join(missing)} method")
+    return obj

@@ -1,0 +1,220 @@
+"""The `env` task: multi-turn episodes with an environment that answers each turn (`rewards.env`).
+
+    task: {name: env, env: "my_envs:GuessNumber", max_turns: 6, stop: ["\n"]}
+    sampling: {max_new_tokens: 96}    # the whole episode's tokens: the policy's and the answers'
+
+- A row (a JSONL object of `task.path`, or the environment's own `generate_row`) is handed to
+  `reset`; the first observation is the prompt. Held-out rows come from `task.eval_path`, or are
+  `data.eval_size` rows generated from their own indices (`data.eval_seed`).
+- The SFT warm start plays the environment's `demonstration` of each row and trains on its
+  actions, the answers left out of the loss; a run with SFT steps needs one.
+- Episodes run in each trainer process (`rewards.env.host.LocalEpisodes`), each step timed
+  against `task.step_timeout_s`; the episode's result is the sample's reward, so no reward pool
+  is started for this task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rewards.env import EnvSpecError, Episode, LocalEpisodes, load_environment
+from rewards.env.base import Environment
+from rewards.env.check import EnvTrial, env_problem, try_environment
+from service.preflight.data import FitLimits, check_records
+from service.tasks.base import Task
+from trainer.data.pairs import EpisodePair, file_stream
+
+if TYPE_CHECKING:
+    from service.config import ServiceConfig
+
+ENV_TRIAL_ROWS = 4  # rows the environment is tried on before a run
+EVAL_ROWS_BASE = 1 << 40  # generated held-out rows take indices the training stream never reaches
+
+
+@dataclass(frozen=True)
+class EnvTask(Task):
+    name = "env"
+
+    env: str
+    max_turns: int
+    reward_mode: str
+    step_timeout_s: float
+    stops: tuple[str, ...]
+    seed: int
+    chars: str
+    held_out: list[EpisodePair] = field(default_factory=list, compare=False, repr=False)
+    train_rows: list[EpisodePair] | None = field(default=None, compare=False, repr=False)  # driver only
+
+    @classmethod
+    def from_config(cls, cfg: ServiceConfig) -> EnvTask:
+        """Load the environment and its rows; ValueError (one line naming the key) when unusable."""
+        t = cfg.task
+        try:
+            env_cls = load_environment(t.env)
+        except EnvSpecError as exc:
+            raise ValueError(str(exc)) from None
+        task = cls(
+            env=t.env,
+            max_turns=t.max_turns,
+            reward_mode=t.episode_reward,
+            step_timeout_s=t.step_timeout_s,
+            stops=tuple(t.stop),
+            seed=cfg.data.seed,
+            chars=env_cls.alphabet,
+        )
+        rows = _read_rows(t.path, "task.path") if t.path else None
+        if t.eval_path:
+            held_rows = _read_rows(t.eval_path, "task.eval_path")
+        elif rows is not None:
+            if cfg.data.eval_size >= len(rows):
+                raise ValueError(f"data.eval_size: {cfg.data.eval_size} leaves no training rows of {t.path}")
+            held_rows, rows = rows[: cfg.data.eval_size], rows[cfg.data.eval_size :]
+        else:
+            held_rows = [
+                _generated(env_cls, EVAL_ROWS_BASE + i, cfg.data.eval_seed) for i in range(cfg.data.eval_size)
+            ]
+        held = [task.pair(row, i, env_cls) for i, row in enumerate(held_rows)]
+        train = None if rows is None else [task.pair(row, i, env_cls) for i, row in enumerate(rows)]
+        sample = (
+            train[:64]
+            if train is not None
+            else [task.pair(_generated(env_cls, i, task.seed), i, env_cls) for i in range(64)]
+        )
+        if cfg.sft.steps > 0 and any(p.turns is None for p in sample):
+            raise ValueError(
+                f"sft.steps: {cfg.sft.steps}, but task.env {t.env!r} gives no demonstration of its rows "
+                "to warm start from; set sft.steps: 0"
+            )
+        limits = FitLimits.of(cfg)
+        chars = set(env_cls.alphabet) | {c for s in t.stop for c in s}
+        for p in (*held, *sample):
+            chars.update(p.prompt + (p.target or ""))
+        task = dataclasses.replace(task, chars="".join(sorted(chars)), held_out=held, train_rows=train)
+        check_records(
+            "task", ((f"row {i}", p.prompt, p.target) for i, p in enumerate(sample)), limits, None, train=True
+        )
+        check_records(
+            "task",
+            ((f"held-out row {i}", p.prompt, None) for i, p in enumerate(held)),
+            limits,
+            None,
+            train=False,
+        )
+        return task
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "train_rows": None}  # the workers get file rows from the object store
+
+    def pair(
+        self, row: Mapping[str, Any], index: int, env_cls: type[Environment] | None = None
+    ) -> EpisodePair:
+        """The row's first observation and its demonstration, played through the environment."""
+        env_cls = env_cls or load_environment(self.env)
+        episode = Episode(env_cls, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
+        prompt = episode.start()
+        if prompt is None:
+            raise ValueError(f"task.env {self.env!r}: row {dict(row)!r:.80} cannot start: {episode.reason}")
+        actions = env_cls.demonstration(row, random.Random(f"demo:{self.seed}:{index}"))
+        if actions is None:
+            episode.end("ok")
+            return EpisodePair(prompt, None, dict(row))
+        turns = []
+        for action in actions:
+            observation, over = episode.act(action)
+            turns.append((action + self.stops[0], observation))
+            if over:
+                break
+        result = episode.end("ok")
+        if not result.usable:
+            raise ValueError(
+                f"task.env {self.env!r}: the demonstration of row {dict(row)!r:.80} ended {result.status}: {result.reason}"
+            )
+        return EpisodePair(prompt, "".join(a + o for a, o in turns), dict(row), tuple(turns))
+
+    @property
+    def deterministic(self) -> bool:
+        return bool(load_environment(self.env).deterministic)
+
+    @property
+    def alphabet(self) -> str:
+        return self.chars
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return self.stops
+
+    def episode_host(self) -> LocalEpisodes:
+        """Where this rank's episodes run."""
+        return LocalEpisodes(
+            self.env,
+            max_turns=self.max_turns,
+            reward_mode=self.reward_mode,
+            step_timeout_s=self.step_timeout_s,
+        )
+
+    def environment_trial(self, pairs: Sequence[Any], n: int = ENV_TRIAL_ROWS) -> EnvTrial:
+        """The environment tried on the first n rows, each played twice with its demonstration
+        (or one empty action where it has none): time per call, failures, determinism."""
+        plays = [(p.fields, _actions(p, self.stops[0])) for p in pairs[:n]]
+        return try_environment(load_environment(self.env), plays, self.max_turns, self.step_timeout_s)
+
+    def environment_problem(self, pairs: Sequence[Any]) -> str | None:
+        """One line saying why a run should not start with this environment; None when it may."""
+        return env_problem(self.environment_trial(pairs))
+
+    def eval_pairs(self) -> list[EpisodePair]:
+        return self.held_out
+
+    def training_pairs(self, log: Callable[[str], None]) -> list[EpisodePair] | None:
+        if self.train_rows is not None:
+            log(f"[data] task.path: {len(self.train_rows)} training rows, {len(self.held_out)} held out")
+        return self.train_rows
+
+    def train_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:
+        if file_pairs is not None:
+            return file_stream(file_pairs, self.seed)
+        env_cls = load_environment(self.env)
+        return lambda i: self.pair(_generated(env_cls, i, self.seed), i, env_cls)
+
+    def scorer(self) -> None:
+        """None: an episode's result is its reward; nothing is scored by the pool."""
+        return None
+
+
+def _actions(pair: EpisodePair, stop: str) -> list[str]:
+    """The actions of a pair's demonstration (one empty action where it has none)."""
+    return [action.removesuffix(stop) for action, _ in pair.turns] if pair.turns else [""]
+
+
+def _generated(env_cls: type[Environment], index: int, seed: int) -> dict[str, Any]:
+    try:
+        return dict(env_cls.generate_row(index, seed))
+    except NotImplementedError as exc:
+        raise ValueError(f"task.path: {exc}") from None
+
+
+def _read_rows(path: str, key: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file; ValueError naming the first bad line."""
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{key}: {path}:{number}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{key}: {path}:{number}: a row must be a JSON object")
+                rows.append(row)
+    except OSError as exc:
+        raise ValueError(f"{key}: cannot read {path} ({exc.strerror})") from None
+    if not rows:
+        raise ValueError(f"{key}: {path} holds no rows")
+    return rows

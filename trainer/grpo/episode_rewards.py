@@ -1,0 +1,52 @@
+"""Rewards of episodes (`trainer.sampling.episodes`), and the figures a step reports about them.
+
+An episode's result becomes one item's reward, as a scorer's would: its status travels with it,
+`env_error` and `timeout` count as the error and timeout items of the run's failure policy, and the
+episode figures travel as additive stats (`env_*`), turned into means by `episode_figures`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainer.grpo.reward_source import Rewards
+
+
+def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
+    """One item per episode result (`.reward`, `.usable`, `.status`, `.turns`, `.env_s`, `.success`)."""
+    statuses = [r.status for r in results]
+    stats = {
+        "reward_items": float(len(results)),
+        "reward_errors": float(statuses.count("env_error")),
+        "reward_timeouts": float(statuses.count("timeout")),
+        "env_episodes": float(len(results)),
+        "env_turns": float(sum(r.turns for r in results)),
+        "env_seconds": float(sum(r.env_s for r in results)),
+        "env_successes": float(sum(bool(r.success) for r in results)),
+        "env_max_turns": float(statuses.count("max_turns")),
+        "env_max_tokens": float(statuses.count("max_tokens")),
+        "env_wait_s": float(env_wait_s),
+    }
+    return Rewards(
+        values=[float(r.reward) for r in results],
+        usable=[bool(r.usable) for r in results],
+        statuses=statuses,
+        stats=stats,
+    )
+
+
+def episode_figures(stats: Mapping[str, float]) -> dict[str, float]:
+    """turns_mean, success_rate, env_step_s (seconds per environment call), env_errors (episodes
+    ended by env_error or timeout) and env_wait_s of a step's summed episode stats; {} without episodes."""
+    episodes = stats.get("env_episodes", 0.0)
+    if not episodes:
+        return {}
+    turns = stats.get("env_turns", 0.0)
+    return {
+        "turns_mean": turns / episodes,
+        "success_rate": stats.get("env_successes", 0.0) / episodes,
+        "env_step_s": stats.get("env_seconds", 0.0) / max(turns + episodes, 1.0),  # resets count as calls
+        "env_errors": stats.get("reward_errors", 0.0) + stats.get("reward_timeouts", 0.0),
+        "env_wait_s": stats.get("env_wait_s", 0.0),
+    }
