@@ -82,6 +82,7 @@ STEP_METRICS: tuple[Metric, ...] = (
         "environment tasks: share of episodes the environment ended with a positive reward",
     ),
     _m("env_errors", "train", "environment tasks: episodes ended by env_error or timeout", export=True),
+    _m("env_replayed_turns", "train", "environment tasks: turns replayed to rebuild episodes on a new worker"),
     _m("step_time_s", "time", "wall time of the step", export=True),
     _m("sample_s", "time", "sampling the step's completions", export=True),
     _m("reward_wait_s", "time", "time the step blocked waiting for rewards", export=True),
@@ -149,6 +150,7 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("env_errors", "eval", "environment tasks: held-out episodes ended by env_error or timeout"),
     _m("env_step_s", "eval", "environment tasks: held-out mean seconds of one reset or step"),
     _m("env_wait_s", "eval", "environment tasks: held-out time sampling waited on the environments"),
+    _m("env_replayed_turns", "eval", "environment tasks: held-out turns replayed on a new worker"),
     _m("by_plies", "eval", "held-out figures by game length in plies (the fen task): {plies: {count, ...}}"),
     _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
 )

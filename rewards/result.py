@@ -32,6 +32,7 @@ class ScoreResult:
     components: dict[str, float] = field(default_factory=dict)
     status: str = OK
     reason: str | None = None  # why, for error / bad_input / too_long / timeout
+    text: str | None = None  # what the item hands back besides its reward (an environment's observation)
 
     @property
     def usable(self) -> bool:

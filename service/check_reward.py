@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         return 2
-    if task.episode_host() is not None:
+    if task.episodic:
         return _check_environment(task, pairs, args.n)
     trial = run_trial(
         task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2

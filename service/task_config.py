@@ -177,6 +177,11 @@ class EnvTaskConfig(_TaskBase):
         gt=0.0,
         description="seconds one reset or step may take; a later one ends the episode as timeout",
     )
+    hosting: Literal["pool", "local"] = Field(
+        "pool",
+        description="where episodes run: pool (on the reward workers: calls past pool.chunk_timeout_s kill and "
+        "replace the worker, a lost episode is replayed) or local (in each trainer process)",
+    )
     path: str | None = Field(
         None,
         description="JSONL file of rows (one object per line) handed to reset; unset: the environment's own",

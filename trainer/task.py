@@ -34,9 +34,10 @@ class TrainingTask(Protocol):
         from a file, else the task's own generator."""
         ...
 
-    def episode_host(self) -> Any | None:
+    def episode_host(self, pool_of: Callable[[], Any] | None = None) -> Any | None:
         """Where this rank's episodes run (`trainer.sampling.episodes.EpisodeHost`) for a task whose
-        samples are episodes with an environment; None for a task of one completion per sample."""
+        samples are episodes with an environment (pool_of: the rank's reward pool, attached when
+        called); None for a task of one completion per sample."""
         ...
 
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 A list of dataclasses pickles object by object; columns of numbers pickle as a few buffers. A
 chunk's results become `EncodedResults`: totals and status codes as arrays, components as a
-value matrix with a presence mask (absent components stay absent), reasons only where set.
+value matrix with a presence mask (absent components stay absent), reasons and texts only where set.
 `decode` gives back results equal to the encoded ones.
 """
 
@@ -27,6 +27,7 @@ class EncodedResults:
     components: np.ndarray  # [n, C] float64; meaningful where present
     present: np.ndarray  # [n, C] bool: item i has component j
     reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
+    texts: dict[int, str] = field(default_factory=dict)  # item index -> text, only where not None
     # What the worker's process reported with the results (set by the worker, not by `encode`):
     worker_rss_mb: float | None = None  # its resident memory after the call
     output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
@@ -77,6 +78,7 @@ def encode(results: Sequence[ScoreResult]) -> EncodedResults:
         components=components,
         present=present,
         reasons={i: r.reason for i, r in enumerate(results) if r.reason is not None},
+        texts={i: r.text for i, r in enumerate(results) if r.text is not None},
     )
 
 
@@ -90,7 +92,7 @@ def decode(enc: EncodedResults) -> list[ScoreResult]:
     out = []
     for i in range(len(enc)):
         comps = {names[j]: values[i][j] for j, has in enumerate(present[i]) if has}
-        out.append(ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i)))
+        out.append(ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i), enc.texts.get(i)))
     return out
 
 

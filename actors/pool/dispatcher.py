@@ -187,7 +187,7 @@ class Dispatcher:
 
     def _dispatch_locked(self, now: float) -> None:
         while self._queue:
-            slot = self._least_loaded_locked()
+            slot = self._preferred_locked(self._queue[0].prefer) or self._least_loaded_locked()
             if slot is None:
                 return
             chunk = self._queue.popleft()
@@ -198,14 +198,22 @@ class Dispatcher:
             if chunk.ticket.first_dispatch_at is None:
                 chunk.ticket.first_dispatch_at = now
 
+    def _takes_calls_locked(self, slot: WorkerSlot) -> bool:
+        return (
+            slot.state is WorkerState.HEALTHY
+            and not slot.recycling
+            and len(slot.calls) < self._cfg.max_in_flight_per_worker
+        )
+
+    def _preferred_locked(self, index: int | None) -> WorkerSlot | None:
+        """The chunk's own worker (episodes whose state it holds) when it takes calls now."""
+        if index is None:
+            return None
+        slot = self.slots[index % len(self.slots)]
+        return slot if self._takes_calls_locked(slot) else None
+
     def _least_loaded_locked(self) -> WorkerSlot | None:
-        free = [
-            s
-            for s in self.slots
-            if s.state is WorkerState.HEALTHY
-            and not s.recycling
-            and len(s.calls) < self._cfg.max_in_flight_per_worker
-        ]
+        free = [s for s in self.slots if self._takes_calls_locked(s)]
         return min(free, key=lambda s: (s.items_in_flight, len(s.calls), s.index), default=None)
 
     # ---- results and faults -----------------------------------------------------------------

@@ -31,8 +31,8 @@ from actors.pool.errors import RewardCollectTimeout, RewardErrorRateExceeded, Re
 from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from actors.pool.metrics import PoolMetrics
 from actors.pool.node_resources import describe_placement
-from actors.pool.work import Chunk, Ticket, plan_chunks
-from actors.pool.worker import RewardWorker
+from actors.pool.work import Chunk, Ticket, plan_chunks, runs_of
+from actors.pool.worker import RewardWorker, is_scorer
 from actors.pool.worker_slot import WorkerSlot, WorkerState
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, RewardConfig, Scorer, ScoreResult, build_scorer
 from trainer.grpo.reward_source import Rewards
@@ -91,7 +91,7 @@ class RewardPool:
         """
         cfg = _pool_config(pool)
         _require_ray()
-        scorer = reward if isinstance(reward, Scorer) else build_scorer(reward)
+        scorer = reward if is_scorer(reward) else build_scorer(reward)
         # Ray's own task retries would re-run a call on the same (restarted) actor, hanging again
         # on a poison item: retries are the dispatcher's, to any healthy worker.
         actor_cls = ray.remote(RewardWorker)
@@ -182,24 +182,39 @@ class RewardPool:
         group_ids: Sequence[Any] | None = None,
         *,
         fields: Sequence[Any] | None = None,
+        workers: Sequence[int] | None = None,
     ) -> Ticket:
         """Queue items for scoring and return at once; scoring starts immediately.
 
         Items need not be str (others score as `bad_input`) but must be picklable.
         `group_ids`, one per item, are kept on the ticket (`ticket.group_ids`). `fields`, one
-        mapping per item, are the data fields its user rewards take by name.
+        mapping per item, are the data fields its user rewards take by name. `workers`, one per
+        item: the worker (an index, taken modulo the pool's size) each item should go to when it
+        can take work (episodes kept in a worker's process); consecutive items of one worker
+        travel together.
         """
         n = _check_items(completions, targets, group_ids)
         if fields is not None and len(fields) != n:
             raise ValueError(f"got {len(fields)} field rows for {n} completions: need one each")
+        if workers is not None and len(workers) != n:
+            raise ValueError(f"got {len(workers)} worker indices for {n} completions: need one each")
         if self._closed:
             raise RewardPoolUnavailable("the reward pool was shut down")
         ticket = Ticket(self._pool_id, n, group_ids, time.monotonic())
         chunks = []
-        for start, stop in plan_chunks(n, self.cfg.chunk_size, self.cfg.min_chunk_size, self.cfg.num_workers):
+        if workers is None:
+            bounds = plan_chunks(n, self.cfg.chunk_size, self.cfg.min_chunk_size, self.cfg.num_workers)
+        else:
+            bounds = [
+                (start + a, start + b)
+                for start, stop in runs_of(workers)
+                for a, b in plan_chunks(stop - start, self.cfg.chunk_size, stop - start, 1)
+            ]
+        for start, stop in bounds:
             rows = None if fields is None else fields[start:stop]
             payload = _payload(completions[start:stop], targets[start:stop], rows, start)
-            chunks.append(Chunk(ticket, payload, offset=start, lo=0, hi=stop - start))
+            prefer = None if workers is None else workers[start]
+            chunks.append(Chunk(ticket, payload, offset=start, lo=0, hi=stop - start, prefer=prefer))
         self._dispatcher.enqueue(chunks)
         return ticket
 

@@ -75,7 +75,7 @@ class Chunk:
     suspect: bool = False  # already failed once: a further fault splits it at once
     alone_faults: int = 0  # faults suffered as a single item
     history: list[str] = field(default_factory=list)  # faults so far, for the final reason
-
+    prefer: int | None = None  # the worker (slot index) this chunk goes to when it can take it
     def __len__(self) -> int:
         return self.hi - self.lo
 
@@ -92,6 +92,16 @@ def plan_chunks(n: int, chunk_size: int, min_chunk_size: int, spread: int) -> li
     count = -(-n // chunk_size)
     count = max(count, min(spread, n // min_chunk_size), 1)
     return [(i * n // count, (i + 1) * n // count) for i in range(count)]
+
+
+def runs_of(keys: Sequence[Any]) -> list[tuple[int, int]]:
+    """[start, stop) bounds of the runs of equal consecutive keys."""
+    bounds, start = [], 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            bounds.append((start, i))
+            start = i
+    return bounds
 
 
 def split(chunk: Chunk, parts: int) -> list[Chunk]:

@@ -25,6 +25,12 @@ from rewards import ERROR, RewardConfig, Scorer, build_scorer
 Payload = tuple[Sequence[Any], ...]
 
 
+def is_scorer(obj: Any) -> bool:
+    """A built scorer: the reward `Scorer`, or another object scoring items the same way (the
+    episode calls of `rewards.env.remote`); anything else is a reward config to build one from."""
+    return isinstance(obj, Scorer) or callable(getattr(obj, "score_batch", None))
+
+
 class RewardWorker:
     """Scores chunks with one `Scorer` (built-in FEN/Levenshtein reward plus the user rewards)."""
 
@@ -35,7 +41,7 @@ class RewardWorker:
         item_timeout_s: float | None = None,
     ):
         # A Scorer built by the pool carries its resolved user rewards (registered ones included).
-        self._scorer = scorer if isinstance(scorer, Scorer) else build_scorer(scorer)
+        self._scorer = scorer if is_scorer(scorer) else build_scorer(scorer)
         # Rewards that wait (async def, or asking for threads) score `concurrency` items at once,
         # each cut at `item_timeout_s`; the others score one after another, as they always have.
         self._runner = WaitingRunner(concurrency, item_timeout_s or 5.0) if self._scorer.concurrent else None

@@ -131,7 +131,7 @@ class WorkerLoop:
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
-        episodes = spec.task.episode_host()  # an environment task's: samples are episodes, no pool
+        episodes = spec.task.episode_host(self.pool)  # an environment task's: samples are episodes
         self.trainer = Trainer(
             spec.trainer, device=self.device, stop=spec.task.stop, policy=policy, episodes=episodes
         )
@@ -202,7 +202,7 @@ class WorkerLoop:
         else:
             rewards = None if self.trainer.episodes is not None else self.rewards()
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
-            if rewards is not None:
+            if rewards is not None or self.spec.scorer is not None:  # a pool serves this run
                 metrics.update(self._pool_health(step))
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
         return self.reward_failure(step, metrics) if phase == "grpo" else None

@@ -38,6 +38,7 @@ class EpisodeResult:
     env_s: float  # seconds spent in reset and step
     success: bool  # the environment ended it with a positive reward
     done_by_env: bool = False  # the environment said done (not the policy's EOS, not a limit)
+    replayed: int = 0  # turns replayed to rebuild it on another worker (episodes on the pool)
     transcript: list[str] = field(default_factory=list)  # first observation, then action, observation, ...
     reason: str | None = None  # why, for env_error / timeout / max_turns
 
@@ -61,104 +62,63 @@ def _preview(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class Episode:
-    """An environment instance playing one row; `start`, then `act` per turn, then `end`."""
+class EpisodeRecord:
+    """What happened in an episode (rewards, transcript, status), kept by whoever plays it or
+    mirrors it: `Episode` here, the sampler's side of an episode played on a reward worker."""
 
-    def __init__(
-        self,
-        env_cls: type[Environment],
-        row: Mapping[str, Any],
-        *,
-        max_turns: int,
-        reward_mode: str = "sum",
-        step_timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, *, max_turns: int, reward_mode: str = "sum") -> None:
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-        self.env_cls, self.row = env_cls, row
-        self.max_turns, self.reward_mode, self.step_timeout_s = max_turns, reward_mode, step_timeout_s
-        self.env: Environment | None = None
+        self.max_turns, self.reward_mode = max_turns, reward_mode
         self.rewards: list[float] = []
-        self.transcript: list[str] = []
+        self.transcript: list[str] = []  # first observation, then action, observation, ...
         self.turns = 0  # actions the environment received
         self.env_s = 0.0
         self.status: str | None = None  # set when the episode is over
         self.reason: str | None = None
         self.done_by_env = False
+        self.replayed = 0
 
     @property
     def over(self) -> bool:
         return self.status is not None
 
-    def _fail(self, status: str, reason: str) -> None:
+    def fail(self, status: str, reason: str) -> None:
         self.status, self.reason = status, reason
 
-    def _timed(self, what: str, call) -> Any:
-        """call() timed; a late or failing call ends the episode (returns None then)."""
-        began = time.perf_counter()
-        try:
-            out = call()
-        except Exception as exc:  # the environment's own failure: a status, never a crash
-            self._fail(ENV_ERROR, f"{what} raised {type(exc).__name__}: {exc}")
-            return None
-        finally:
-            took = time.perf_counter() - began
-            self.env_s += took
-        if self.step_timeout_s is not None and took > self.step_timeout_s:
-            self._fail(TIMEOUT, f"{what} took {took:.2f}s, past task.step_timeout_s={self.step_timeout_s:g}")
-            return None
-        return out
-
-    def start(self) -> str | None:
-        """The first observation; None when the environment could not start (status env_error)."""
-        self.env = self._timed("the constructor", self.env_cls)
-        if self.over:
-            return None
-        self._timed("setup", self.env.setup)
-        if self.over:
-            return None
-        first = self._timed("reset", lambda: self.env.reset(self.row))
-        if self.over:
-            return None
+    def started(self, first: Any) -> str | None:
+        """Record reset's first observation; None (and env_error) when it is not text."""
         if not isinstance(first, str):
-            self._fail(ENV_ERROR, f"reset must return the first observation (a str), got {_preview(first)}")
+            self.fail(ENV_ERROR, f"reset must return the first observation (a str), got {_preview(first)}")
             return None
         self.transcript.append(first)
         return first
 
-    def act(self, action: str) -> tuple[str, bool]:
-        """The policy's action of one turn -> (observation, episode over)."""
-        if self.over:
-            return "", True
+    def acted(self, action: str) -> None:
         self.turns += 1
         self.transcript.append(action)
-        out = self._timed("step", lambda: self.env.step(action))
-        if self.over:
-            return "", True
+
+    def answered(self, out: Any) -> tuple[str, bool]:
+        """Record a step's output -> (observation, episode over); a wrong shape is env_error."""
         try:
             result = checked_step(out)
         except ValueError as exc:
-            self._fail(ENV_ERROR, str(exc))
+            self.fail(ENV_ERROR, str(exc))
             return "", True
         self.rewards.append(result.reward)
         self.transcript.append(result.observation)
         if result.done:
             self.status, self.done_by_env = OK, True
         elif self.turns >= self.max_turns:
-            self._fail(MAX_TURNS, f"not done after task.max_turns={self.max_turns} turns")
+            self.fail(MAX_TURNS, f"not done after task.max_turns={self.max_turns} turns")
         return ("", True) if self.over else (result.observation, False)
 
-    def end(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
-        """Close the environment and say how the episode ended; cut: the status the sampler ended it
-        with (`max_tokens`, `ok` for the policy's EOS, `env_error` for an observation it cannot
-        write) when the episode was still going, and why."""
+    def result(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
+        """How the episode ended; cut: the status the sampler ended it with (`max_tokens`, `ok`
+        for the policy's EOS, `env_error` for an observation it cannot write) when it was still
+        going, and why."""
         if not self.over:
             self.status, self.reason = cut or MAX_TOKENS, reason
-        if self.env is not None:
-            try:
-                self.env.close()
-            except Exception as exc:  # a failing close spoils nothing already played, but is said
-                self.reason = self.reason or f"close raised {type(exc).__name__}: {exc}"
         usable = self.status in USABLE_EPISODE_STATUSES
         reward = (
             (sum(self.rewards) if self.reward_mode == "sum" else self.rewards[-1]) if self.rewards else 0.0
@@ -171,6 +131,70 @@ class Episode:
             env_s=self.env_s,
             success=self.done_by_env and usable and reward > 0,
             done_by_env=self.done_by_env,
+            replayed=self.replayed,
             transcript=list(self.transcript),
             reason=self.reason,
         )
+
+
+class Episode(EpisodeRecord):
+    """An environment instance playing one row; `start`, then `act` per turn, then `end`."""
+
+    def __init__(
+        self,
+        env_cls: type[Environment],
+        row: Mapping[str, Any],
+        *,
+        max_turns: int,
+        reward_mode: str = "sum",
+        step_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, reward_mode=reward_mode)
+        self.env_cls, self.row, self.step_timeout_s = env_cls, row, step_timeout_s
+        self.env: Environment | None = None
+
+    def _timed(self, what: str, call) -> Any:
+        """call() timed; a late or failing call ends the episode (returns None then)."""
+        began = time.perf_counter()
+        try:
+            out = call()
+        except Exception as exc:  # the environment's own failure: a status, never a crash
+            self.fail(ENV_ERROR, f"{what} raised {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            took = time.perf_counter() - began
+            self.env_s += took
+        if self.step_timeout_s is not None and took > self.step_timeout_s:
+            self.fail(TIMEOUT, f"{what} took {took:.2f}s, past task.step_timeout_s={self.step_timeout_s:g}")
+            return None
+        return out
+
+    def start(self) -> str | None:
+        """The first observation; None when the environment could not start (status env_error)."""
+        self.env = self._timed("the constructor", self.env_cls)
+        if self.over:
+            return None
+        self._timed("setup", self.env.setup)
+        if self.over:
+            return None
+        first = self._timed("reset", lambda: self.env.reset(self.row))
+        return None if self.over else self.started(first)
+
+    def act(self, action: str) -> tuple[str, bool]:
+        """The policy's action of one turn -> (observation, episode over)."""
+        if self.over:
+            return "", True
+        self.acted(action)
+        out = self._timed("step", lambda: self.env.step(action))
+        return ("", True) if self.over else self.answered(out)
+
+    def end(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
+        """Close the environment and say how the episode ended (`EpisodeRecord.result`)."""
+        result = self.result(cut, reason)
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception as exc:  # a failing close spoils nothing already played, but is said
+                result.reason = result.reason or f"close raised {type(exc).__name__}: {exc}"
+            self.env = None
+        return result

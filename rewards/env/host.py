@@ -46,7 +46,7 @@ class LocalEpisodes:
                 )
                 first = episode.start()
                 if first is not None and first != prompt:
-                    episode._fail(
+                    episode.fail(
                         ENV_ERROR,
                         f"reset gave {first[:60]!r}, not the row's prompt {prompt[:60]!r}: "
                         "an environment's reset must depend on its row alone",

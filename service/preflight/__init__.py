@@ -109,7 +109,7 @@ def check_run(
 ) -> PoolConfig:
     """Relations, then the rewards on the run's data; the pool config to run with (chunks fitted)."""
     check_relations(cfg, driver=driver)
-    if task.episode_host() is not None:  # an environment task: its environment is tried instead
+    if task.episodic:  # an environment task: its environment is tried instead
         problem = task.environment_problem(list(train_pairs or eval_set))
         if problem:
             raise PreflightError(f"task.env: {problem}")

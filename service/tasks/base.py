@@ -21,6 +21,8 @@ class Task(ABC):
     # False when building the task needs what only the cluster may have (an engine binary): the
     # client's submit then leaves its data and reward checks to the driver.
     checked_at_submit: ClassVar[bool] = True
+    # True when a sample is an episode with an environment (its result is its reward).
+    episodic: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, cfg: ServiceConfig) -> str | None:
@@ -67,9 +69,10 @@ class Task(ABC):
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
         return {}
 
-    def episode_host(self) -> Any | None:
+    def episode_host(self, pool_of: Callable[[], Any] | None = None) -> Any | None:
         """Where a rank's episodes run, for a task whose samples are episodes with an environment
-        (`trainer.sampling.episodes.EpisodeHost`); None: one completion per sample, scored."""
+        (`trainer.sampling.episodes.EpisodeHost`; pool_of: the rank's reward pool, attached when
+        called); None: one completion per sample, scored."""
         return None
 
 

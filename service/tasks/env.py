@@ -8,9 +8,12 @@
   `data.eval_size` rows generated from their own indices (`data.eval_seed`).
 - The SFT warm start plays the environment's `demonstration` of each row and trains on its
   actions, the answers left out of the loss; a run with SFT steps needs one.
-- Episodes run in each trainer process (`rewards.env.host.LocalEpisodes`), each step timed
-  against `task.step_timeout_s`; the episode's result is the sample's reward, so no reward pool
-  is started for this task.
+- Episodes run on the reward pool's workers (`task.hosting: pool`, `actors.pool.episodes`): a
+  call past `pool.chunk_timeout_s` kills and replaces its worker and ends the episode `timeout`, and
+  an episode whose worker died is replayed on another one from its recorded actions (environments
+  that declare themselves deterministic). With `hosting: local` they run in each trainer process
+  (`rewards.env.host.LocalEpisodes`) and no pool is started. Either way each reset and step is
+  timed against `task.step_timeout_s`, and the episode's result is the sample's reward.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actors.pool.episodes import PoolEpisodes
 from rewards.env import EnvSpecError, Episode, LocalEpisodes, load_environment
 from rewards.env.base import Environment
 from rewards.env.check import EnvTrial, env_problem, try_environment
+from rewards.env.remote import EpisodeCalls
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task
 from trainer.data.pairs import EpisodePair, file_stream
@@ -39,11 +44,13 @@ EVAL_ROWS_BASE = 1 << 40  # generated held-out rows take indices the training st
 @dataclass(frozen=True)
 class EnvTask(Task):
     name = "env"
+    episodic = True
 
     env: str
     max_turns: int
     reward_mode: str
     step_timeout_s: float
+    hosting: str
     stops: tuple[str, ...]
     seed: int
     chars: str
@@ -63,6 +70,7 @@ class EnvTask(Task):
             max_turns=t.max_turns,
             reward_mode=t.episode_reward,
             step_timeout_s=t.step_timeout_s,
+            hosting=t.hosting,
             stops=tuple(t.stop),
             seed=cfg.data.seed,
             chars=env_cls.alphabet,
@@ -148,13 +156,14 @@ class EnvTask(Task):
     def stop(self) -> tuple[str, ...]:
         return self.stops
 
-    def episode_host(self) -> LocalEpisodes:
-        """Where this rank's episodes run."""
+    def episode_host(self, pool_of: Callable[[], Any] | None = None) -> LocalEpisodes | PoolEpisodes:
+        """Where this rank's episodes run: on the reward pool (task.hosting=pool), else here."""
+        if self.hosting == "pool":
+            if pool_of is None:
+                raise ValueError("task.hosting=pool: the episodes need the run's reward pool")
+            return PoolEpisodes(pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
         return LocalEpisodes(
-            self.env,
-            max_turns=self.max_turns,
-            reward_mode=self.reward_mode,
-            step_timeout_s=self.step_timeout_s,
+            self.env, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
         )
 
     def environment_trial(self, pairs: Sequence[Any], n: int = ENV_TRIAL_ROWS) -> EnvTrial:
@@ -181,9 +190,14 @@ class EnvTask(Task):
         env_cls = load_environment(self.env)
         return lambda i: self.pair(_generated(env_cls, i, self.seed), i, env_cls)
 
-    def scorer(self) -> None:
-        """None: an episode's result is its reward; nothing is scored by the pool."""
-        return None
+    def scorer(self) -> EpisodeCalls | None:
+        """What the reward workers run: episode calls (task.hosting=pool); None when the episodes
+        run in the trainer processes (no pool is started then)."""
+        if self.hosting != "pool":
+            return None
+        return EpisodeCalls(
+            self.env, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
+        )
 
 
 def _actions(pair: EpisodePair, stop: str) -> list[str]:

@@ -151,6 +151,7 @@ def test_leaf_keys_name_the_variant_of_each_key():
     assert variants["model.size"] == {"model.source=builtin"} and variants["task.stop"] == {
         "task.name=text",
         "task.name=code",
+        "task.name=env",
     }
 
 

@@ -27,6 +27,7 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
         "env_max_turns": float(statuses.count("max_turns")),
         "env_max_tokens": float(statuses.count("max_tokens")),
         "env_wait_s": float(env_wait_s),
+        "env_replayed_turns": float(sum(getattr(r, "replayed", 0) for r in results)),
     }
     return Rewards(
         values=[float(r.reward) for r in results],
@@ -38,7 +39,8 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
 
 def episode_figures(stats: Mapping[str, float]) -> dict[str, float]:
     """turns_mean, success_rate, env_step_s (seconds per environment call), env_errors (episodes
-    ended by env_error or timeout) and env_wait_s of a step's summed episode stats; {} without episodes."""
+    ended by env_error or timeout), env_wait_s and env_replayed_turns (turns replayed to rebuild
+    episodes on a replacement worker) of a step's summed episode stats; {} without episodes."""
     episodes = stats.get("env_episodes", 0.0)
     if not episodes:
         return {}
@@ -49,4 +51,5 @@ def episode_figures(stats: Mapping[str, float]) -> dict[str, float]:
         "env_step_s": stats.get("env_seconds", 0.0) / max(turns + episodes, 1.0),  # resets count as calls
         "env_errors": stats.get("reward_errors", 0.0) + stats.get("reward_timeouts", 0.0),
         "env_wait_s": stats.get("env_wait_s", 0.0),
+        "env_replayed_turns": stats.get("env_replayed_turns", 0.0),
     }

@@ -1,0 +1,84 @@
+"""Episodes played on the reward pool: the sampler's episode host when environments run there.
+
+Each episode is given a worker (sample i of a batch: worker i mod the pool's size) and every call
+of it (start, each step, close) is sent there, so its state stays in that worker's process; the
+episodes of a batch that ended a turn at the same decoding step go out together, one call per
+worker, and are stepped side by side. The pool treats these calls like any scoring: a call past
+its deadline kills and replaces its worker and the episode ends `timeout`; a worker that dies is
+replaced and the call runs again on a healthy worker, which rebuilds the episode by replaying its
+recorded actions (`rewards.env.remote`). Here each episode is mirrored by an `EpisodeRecord`, so
+the results read as the in-process host's (`rewards.env.host.LocalEpisodes`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from actors.pool.reward_pool import RewardPool
+from rewards.env.episode import ENV_ERROR, EpisodeRecord, EpisodeResult
+from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item
+
+
+class PoolEpisodes:
+    """The episodes of one sampling batch, played on the reward pool's workers."""
+
+    def __init__(self, pool_of: Callable[[], RewardPool], *, max_turns: int, reward_mode: str = "sum"):
+        self._pool_of = pool_of  # attached on first use
+        self.max_turns, self.reward_mode = max_turns, reward_mode
+        self._prefix = uuid.uuid4().hex[:12]  # episode ids unique across ranks and runs
+        self._ids = itertools.count()
+        self._records: list[EpisodeRecord] = []
+        self._keys: list[str] = []
+        self._rows: list[Mapping[str, Any]] = []
+        self._open: set[int] = set()  # episodes a worker may still hold
+        self.failure_reasons: list[str] = []
+
+    def start(self, rows: Sequence[Mapping[str, Any]], prompts: Sequence[str], group_size: int) -> list[bool]:
+        n = len(rows) * group_size
+        self._rows = [row for row in rows for _ in range(group_size)]
+        self._keys = [f"{self._prefix}-{next(self._ids)}" for _ in range(n)]
+        self._records = [EpisodeRecord(max_turns=self.max_turns, reward_mode=self.reward_mode) for _ in range(n)]
+        self._open = set(range(n))
+        replies = self._calls(START, {i: "" for i in range(n)})
+        for i, prompt in enumerate(p for p in prompts for _ in range(group_size)):
+            first, over = replies[i]
+            if not over and first != prompt:
+                self._records[i].fail(
+                    ENV_ERROR, f"reset gave {first[:60]!r}, not the row's prompt {prompt[:60]!r}: "
+                    "an environment's reset must depend on its row alone"
+                )  # fmt: skip
+        return [not r.over for r in self._records]
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
+        return self._calls(STEP, actions)
+
+    def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
+        still_held = {i: "" for i in sorted(self._open)}
+        if still_held:  # episodes the sampler ended (budget, EOS) or refused: the workers let them go
+            self._calls(CLOSE, still_held)
+        results = [r.result(*cut.get(i, (None, None))) for i, r in enumerate(self._records)]
+        self.failure_reasons = [r.reason for r in results if not r.usable and r.reason][:3]
+        self._records, self._keys, self._rows = [], [], []
+        return results
+
+    def _calls(self, kind: str, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
+        """One call of each episode in `actions` (its action), sent to its worker; returns each
+        one's (observation, over) and keeps its record."""
+        pool = self._pool_of()
+        order = sorted(actions, key=lambda i: (i % pool.cfg.num_workers, i))  # one run of calls per worker
+        items = [call_item(kind, self._keys[i], self._rows[i], self._records[i]) for i in order]
+        workers = [i % pool.cfg.num_workers for i in order]
+        ticket = pool.submit([actions[i] for i in order], [None] * len(order), fields=items, workers=workers)
+        results = pool.collect_results([ticket])
+        replies: dict[int, tuple[str, bool]] = {}
+        for i, result in zip(order, results, strict=True):
+            if kind == CLOSE:
+                self._open.discard(i)
+                continue
+            replies[i] = apply_call(self._records[i], kind, actions[i], result)
+            if result.components.get("over") or result.status != "ok":
+                self._open.discard(i)  # the worker let it go already
+        return replies

@@ -1,0 +1,173 @@
+"""Episodes played by a reward worker: the worker's scorer is an `EpisodeCalls`, and each item it
+scores is one call of one episode (start it, step it, close it).
+
+The episode lives in the worker's process between its calls (its state stays there), keyed by
+the episode's id. Every step call also carries the episode's actions and observations so far:
+a worker that does not hold the episode (it was replaced after a crash, or the pool sent the call
+elsewhere) rebuilds it by replaying those actions, when the environment declares itself
+deterministic, and checks that the replay gives the recorded observations; an environment that
+is not deterministic ends such an episode with `env_error` instead.
+
+A call's result is a `ScoreResult`: the turn's reward as its total, the observation as its text,
+and in its components whether the episode is over (`over`), how (`end`: an index into
+`EPISODE_STATUSES`, -1 while it goes on), whether the environment said done (`by_env`), the
+seconds spent in the environment (`env_s`) and the turns replayed (`replayed`). `apply_call`
+turns it back into the sampler's record of the episode.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rewards.env.base import Environment
+from rewards.env.episode import ENV_ERROR, EPISODE_STATUSES, TIMEOUT, Episode, EpisodeRecord
+from rewards.env.loading import load_environment
+from rewards.result import OK, ScoreResult
+from rewards.result import TIMEOUT as CALL_TIMEOUT
+
+START, STEP, CLOSE = "start", "step", "close"
+MAX_HELD_EPISODES = 4096  # episodes a worker keeps; beyond it the least recently used are closed
+
+
+def call_item(kind: str, key: str, row: Mapping[str, Any], record: EpisodeRecord | None = None) -> dict[str, Any]:
+    """The fields of one call of episode `key` (with the record so far, for a replay)."""
+    item: dict[str, Any] = {"call": kind, "episode": key}
+    if kind != CLOSE:
+        item["row"] = dict(row)
+    if kind == STEP and record is not None:  # the record before this call's action
+        item["actions"] = record.transcript[1::2]
+        item["observations"] = record.transcript[0::2]
+    return item
+
+
+class EpisodeCalls:
+    """The scorer of a reward pool that plays episodes (`rewards.env.remote`)."""
+
+    task_name = "env"
+    concurrent = False
+
+    def __init__(self, env: str, *, max_turns: int, reward_mode: str = "sum", step_timeout_s: float | None = None):
+        self.env, self.max_turns, self.reward_mode, self.step_timeout_s = env, max_turns, reward_mode, step_timeout_s
+        self._held: OrderedDict[str, Episode] = OrderedDict()
+        self._env_cls: type[Environment] | None = None
+
+    def __reduce__(self):  # the held episodes stay where they are played
+        return (_rebuild, (self.env, self.max_turns, self.reward_mode, self.step_timeout_s))
+
+    @property
+    def env_cls(self) -> type[Environment]:
+        if self._env_cls is None:
+            self._env_cls = load_environment(self.env)
+        return self._env_cls
+
+    def setup(self) -> None:
+        """Import the environment when the worker starts (one that cannot be found fails it visibly)."""
+        _ = self.env_cls
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def score_batch(self, completions: Sequence[Any], targets: Sequence[Any], rows: Sequence[Any] | None) -> list[ScoreResult]:
+        if rows is None:
+            raise ValueError("episode calls carry their episode in the item's fields")
+        return [self.call(item, action) for action, item in zip(completions, rows, strict=True)]
+
+    def call(self, item: Mapping[str, Any], action: str) -> ScoreResult:
+        key, kind = item["episode"], item["call"]
+        if kind == CLOSE:
+            episode = self._held.pop(key, None)
+            if episode is not None:
+                episode.end()
+            return ScoreResult(0.0, {}, OK)
+        if kind == START:
+            episode = self._new(item["row"])
+            first = episode.start()
+            return self._answer(key, episode, first or "", 0.0, 0)
+        episode, replayed = self._held.get(key), 0
+        if episode is None or episode.turns != len(item.get("actions", ())):
+            episode, replayed = self._replay(item)
+            if episode.over:
+                return self._answer(key, episode, "", 0.0, replayed)
+        self._held.move_to_end(key)
+        spent = episode.env_s
+        observation, _ = episode.act(action)
+        reward = episode.rewards[-1] if len(episode.rewards) == episode.turns else 0.0
+        return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent)
+
+    def _new(self, row: Mapping[str, Any]) -> Episode:
+        return Episode(
+            self.env_cls, row, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
+        )
+
+    def _replay(self, item: Mapping[str, Any]) -> tuple[Episode, int]:
+        """The episode rebuilt from its recorded actions; over (env_error) when it cannot be."""
+        episode = self._new(item["row"])
+        actions, observations = list(item.get("actions", ())), list(item.get("observations", ()))
+        if not self.env_cls.deterministic:
+            episode.fail(
+                ENV_ERROR,
+                f"the episode's state was lost (its reward worker was replaced) and {self.env_cls.__name__} "
+                "is not deterministic (Environment.deterministic): it cannot be replayed",
+            )
+            return episode, 0
+        seen = [episode.start()]
+        for action in actions:
+            if episode.over:
+                break
+            seen.append(episode.act(action)[0])
+        if not episode.over and seen != observations[: len(seen)]:
+            episode.fail(ENV_ERROR, f"replaying {len(actions)} recorded actions gave other observations than recorded")
+        elif episode.over and episode.status != ENV_ERROR:
+            episode.fail(ENV_ERROR, f"the replay of {len(actions)} recorded actions ended the episode early")
+        return episode, len(actions)
+
+    def _answer(
+        self, key: str, episode: Episode, observation: str, reward: float, replayed: int, env_s: float | None = None
+    ) -> ScoreResult:
+        if episode.over:
+            self._held.pop(key, None)
+            episode.end()
+        else:
+            self._held[key] = episode
+            while len(self._held) > MAX_HELD_EPISODES:
+                self._held.popitem(last=False)[1].end()
+        components = {
+            "over": float(episode.over),
+            "end": float(EPISODE_STATUSES.index(episode.status)) if episode.over else -1.0,
+            "by_env": float(episode.done_by_env),
+            "env_s": episode.env_s if env_s is None else env_s,
+            "replayed": float(replayed),
+        }
+        return ScoreResult(reward, components, OK, episode.reason if episode.over else None, observation)
+
+
+def _rebuild(env: str, max_turns: int, reward_mode: str, step_timeout_s: float | None) -> EpisodeCalls:
+    return EpisodeCalls(env, max_turns=max_turns, reward_mode=reward_mode, step_timeout_s=step_timeout_s)
+
+
+def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResult) -> tuple[str, bool]:
+    """Bring the sampler's record of an episode up to date with one call's result -> (observation,
+    episode over). A call the pool could not complete (its deadline passed, its worker kept dying)
+    ends the episode with `timeout` or `env_error`."""
+    if kind == STEP:
+        record.acted(action)
+    if result.status != OK:
+        record.fail(TIMEOUT if result.status == CALL_TIMEOUT else ENV_ERROR, result.reason or result.status)
+        return "", True
+    parts = result.components
+    record.env_s += parts.get("env_s", 0.0)
+    record.replayed += int(parts.get("replayed", 0.0))
+    end = int(parts.get("end", -1.0))
+    if end >= 0 and EPISODE_STATUSES[end] in (ENV_ERROR, TIMEOUT):  # the environment failed there
+        record.fail(EPISODE_STATUSES[end], result.reason or EPISODE_STATUSES[end])
+        return "", True
+    if kind == START:
+        first = record.started(result.text)
+        return first or "", first is None
+    # the record applies the same rules as the worker's episode (done, max_turns)
+    return record.answered((result.text or "", result.total, bool(parts.get("by_env"))))
+
+
+__all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "call_item"]
