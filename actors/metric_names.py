@@ -82,7 +82,9 @@ STEP_METRICS: tuple[Metric, ...] = (
         "environment tasks: share of episodes the environment ended with a positive reward",
     ),
     _m("env_errors", "train", "environment tasks: episodes ended by env_error or timeout", export=True),
-    _m("env_replayed_turns", "train", "environment tasks: turns replayed to rebuild episodes on a new worker"),
+    _m(
+        "env_replayed_turns", "train", "environment tasks: turns replayed to rebuild episodes on a new worker"
+    ),
     _m("step_time_s", "time", "wall time of the step", export=True),
     _m("sample_s", "time", "sampling the step's completions", export=True),
     _m("reward_wait_s", "time", "time the step blocked waiting for rewards", export=True),

@@ -229,9 +229,17 @@ class RewardPool:
             stats=stats,
         )
 
-    def collect_results(self, tickets: Sequence[Ticket], timeout_s: float | None = None) -> list[ScoreResult]:
-        """Every ticket's `ScoreResult`s (components and reasons included), in ticket order."""
-        blocks, _ = self._gather(tickets, timeout_s)
+    def collect_results(
+        self,
+        tickets: Sequence[Ticket],
+        timeout_s: float | None = None,
+        *,
+        enforce_error_rate: bool | None = None,
+    ) -> list[ScoreResult]:
+        """Every ticket's `ScoreResult`s (components and reasons included), in ticket order.
+        enforce_error_rate: this collection's rule (None: the pool's), False for callers that
+        count the failures themselves (episodes: the trainer's failure policy counts them)."""
+        blocks, _ = self._gather(tickets, timeout_s, enforce_error_rate)
         return [r for b in blocks for r in decode(b)]
 
     def score(
@@ -245,7 +253,7 @@ class RewardPool:
         return self.collect_results([self.submit(completions, targets, fields=fields)], timeout_s)
 
     def _gather(
-        self, tickets: Sequence[Ticket], timeout_s: float | None
+        self, tickets: Sequence[Ticket], timeout_s: float | None, enforce_error_rate: bool | None = None
     ) -> tuple[list[EncodedResults], dict[str, float]]:
         """Wait for the tickets; raise RewardCollectTimeout, RewardPoolUnavailable, or
         RewardErrorRateExceeded when the share of `error` + `timeout` items passes the threshold."""
@@ -271,7 +279,7 @@ class RewardPool:
         self.failure_reasons = (
             failure_reasons(blocks) if stats["reward_errors"] or stats["reward_timeouts"] else []
         )
-        if self.enforce_error_rate:
+        if self.enforce_error_rate if enforce_error_rate is None else enforce_error_rate:
             check_error_rate(blocks, stats, self.cfg.error_rate_threshold)
         return blocks, stats
 

@@ -76,6 +76,7 @@ class Chunk:
     alone_faults: int = 0  # faults suffered as a single item
     history: list[str] = field(default_factory=list)  # faults so far, for the final reason
     prefer: int | None = None  # the worker (slot index) this chunk goes to when it can take it
+
     def __len__(self) -> int:
         return self.hi - self.lo
 

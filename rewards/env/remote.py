@@ -31,7 +31,9 @@ START, STEP, CLOSE = "start", "step", "close"
 MAX_HELD_EPISODES = 4096  # episodes a worker keeps; beyond it the least recently used are closed
 
 
-def call_item(kind: str, key: str, row: Mapping[str, Any], record: EpisodeRecord | None = None) -> dict[str, Any]:
+def call_item(
+    kind: str, key: str, row: Mapping[str, Any], record: EpisodeRecord | None = None
+) -> dict[str, Any]:
     """The fields of one call of episode `key` (with the record so far, for a replay)."""
     item: dict[str, Any] = {"call": kind, "episode": key}
     if kind != CLOSE:
@@ -48,8 +50,15 @@ class EpisodeCalls:
     task_name = "env"
     concurrent = False
 
-    def __init__(self, env: str, *, max_turns: int, reward_mode: str = "sum", step_timeout_s: float | None = None):
-        self.env, self.max_turns, self.reward_mode, self.step_timeout_s = env, max_turns, reward_mode, step_timeout_s
+    def __init__(
+        self, env: str, *, max_turns: int, reward_mode: str = "sum", step_timeout_s: float | None = None
+    ):
+        self.env, self.max_turns, self.reward_mode, self.step_timeout_s = (
+            env,
+            max_turns,
+            reward_mode,
+            step_timeout_s,
+        )
         self._held: OrderedDict[str, Episode] = OrderedDict()
         self._env_cls: type[Environment] | None = None
 
@@ -69,7 +78,9 @@ class EpisodeCalls:
     def held(self) -> int:
         return len(self._held)
 
-    def score_batch(self, completions: Sequence[Any], targets: Sequence[Any], rows: Sequence[Any] | None) -> list[ScoreResult]:
+    def score_batch(
+        self, completions: Sequence[Any], targets: Sequence[Any], rows: Sequence[Any] | None
+    ) -> list[ScoreResult]:
         if rows is None:
             raise ValueError("episode calls carry their episode in the item's fields")
         return [self.call(item, action) for action, item in zip(completions, rows, strict=True)]
@@ -90,15 +101,21 @@ class EpisodeCalls:
             episode, replayed = self._replay(item)
             if episode.over:
                 return self._answer(key, episode, "", 0.0, replayed)
-        self._held.move_to_end(key)
+        self._held.pop(key, None)  # held again (most recently used) by _answer while it goes on
         spent = episode.env_s
-        observation, _ = episode.act(action)
-        reward = episode.rewards[-1] if len(episode.rewards) == episode.turns else 0.0
+        episode.act(action)
+        answered = len(episode.transcript) == 2 * episode.turns + 1  # the step gave an observation
+        observation = episode.transcript[-1] if answered else ""
+        reward = episode.rewards[-1] if answered else 0.0
         return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent)
 
     def _new(self, row: Mapping[str, Any]) -> Episode:
         return Episode(
-            self.env_cls, row, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
+            self.env_cls,
+            row,
+            max_turns=self.max_turns,
+            reward_mode=self.reward_mode,
+            step_timeout_s=self.step_timeout_s,
         )
 
     def _replay(self, item: Mapping[str, Any]) -> tuple[Episode, int]:
@@ -118,13 +135,21 @@ class EpisodeCalls:
                 break
             seen.append(episode.act(action)[0])
         if not episode.over and seen != observations[: len(seen)]:
-            episode.fail(ENV_ERROR, f"replaying {len(actions)} recorded actions gave other observations than recorded")
+            episode.fail(
+                ENV_ERROR, f"replaying {len(actions)} recorded actions gave other observations than recorded"
+            )
         elif episode.over and episode.status != ENV_ERROR:
             episode.fail(ENV_ERROR, f"the replay of {len(actions)} recorded actions ended the episode early")
         return episode, len(actions)
 
     def _answer(
-        self, key: str, episode: Episode, observation: str, reward: float, replayed: int, env_s: float | None = None
+        self,
+        key: str,
+        episode: Episode,
+        observation: str,
+        reward: float,
+        replayed: int,
+        env_s: float | None = None,
     ) -> ScoreResult:
         if episode.over:
             self._held.pop(key, None)

@@ -163,7 +163,10 @@ class EnvTask(Task):
                 raise ValueError("task.hosting=pool: the episodes need the run's reward pool")
             return PoolEpisodes(pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
         return LocalEpisodes(
-            self.env, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
+            self.env,
+            max_turns=self.max_turns,
+            reward_mode=self.reward_mode,
+            step_timeout_s=self.step_timeout_s,
         )
 
     def environment_trial(self, pairs: Sequence[Any], n: int = ENV_TRIAL_ROWS) -> EnvTrial:
@@ -196,7 +199,10 @@ class EnvTask(Task):
         if self.hosting != "pool":
             return None
         return EpisodeCalls(
-            self.env, max_turns=self.max_turns, reward_mode=self.reward_mode, step_timeout_s=self.step_timeout_s
+            self.env,
+            max_turns=self.max_turns,
+            reward_mode=self.reward_mode,
+            step_timeout_s=self.step_timeout_s,
         )
 
 

@@ -9,23 +9,21 @@ than one rank, and Ray Train refuses checkpoints only a local run can continue.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from service.config import ConfigError, load_config
 from service.run_files import read_jsonl
+from tests.service.record_diff import record_differences
 from trainer.schedule import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
-SAME = 1e-9  # float rounding: both backends run the same arithmetic in the same order
 
 
 def _train(*args: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -47,32 +45,6 @@ def _smoke(run_dir: Path, backend: str, *more: str) -> Path:
     return run_dir
 
 
-def _timing(key: str) -> bool:
-    """Fields that measure the machine (time, a process's memory) or choose by a measured time (the
-    reward placement), not results."""
-    return (
-        key == "time" or key.endswith(("_s", "_rss_mb", "_rss_mb_max")) or key.startswith("scorer_placement")
-    )
-
-
-def _differences(ours: Any, theirs: Any, where: str) -> list[str]:
-    if isinstance(ours, dict) and isinstance(theirs, dict):
-        keys = {k for k in ours.keys() | theirs.keys() if not _timing(k)}
-        return [d for k in sorted(keys) for d in _differences(ours.get(k), theirs.get(k), f"{where}.{k}")]
-    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
-        return [
-            d
-            for i, pair in enumerate(zip(ours, theirs, strict=True))
-            for d in _differences(*pair, f"{where}[{i}]")
-        ]
-    numbers = (int, float)
-    if isinstance(ours, numbers) and isinstance(theirs, numbers) and not isinstance(ours, bool):
-        same = math.isclose(ours, theirs, rel_tol=SAME, abs_tol=SAME)
-    else:
-        same = ours == theirs
-    return [] if same else [f"{where}: {ours!r} != {theirs!r}"]
-
-
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("backends")
@@ -85,7 +57,7 @@ def test_local_and_ray_train_runs_give_the_same_records(smoke_runs):
     for name in ("metrics.jsonl", "eval.jsonl"):
         local, ray_train = (read_jsonl(smoke_runs[b] / name) for b in ("local", "ray_train"))
         assert [r["step"] for r in local] == [r["step"] for r in ray_train] and local
-        assert _differences(local, ray_train, name) == []
+        assert record_differences(local, ray_train, name) == []
     summaries = {b: json.loads((smoke_runs[b] / "summary.json").read_text()) for b in smoke_runs}
     assert summaries["local"]["status"] == summaries["ray_train"]["status"] == "succeeded"
     assert summaries["local"]["last_checkpoint"] == summaries["ray_train"]["last_checkpoint"]
