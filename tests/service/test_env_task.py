@@ -1,0 +1,71 @@
+"""The env task before any run: what it refuses (one line, exit 2, no run directory), its pairs,
+and `python -m service.check_reward` trying an environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.check_reward import main as check_main
+from service.config import load_config
+from service.tasks import build_task
+from service.train import main as train_main
+
+CASES = "tests.service.env_cases"
+
+
+def _refused(capsys, tmp_path, *sets: str) -> str:
+    run_dir = tmp_path / "run"
+    argv = ["--preset", "env-smoke", "--run-dir", str(run_dir)]
+    for item in sets:
+        argv += ["--set", item]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("config error: "), err
+    assert not run_dir.exists()
+    return err
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["task.env=nope"], "task.env 'nope': name a bundled environment (guess) or 'module:Class'"),
+        (["task.env=no_such_module:Env"], "cannot import module 'no_such_module'"),
+        ([f"task.env={CASES}:NotAnEnvironment"], "NotAnEnvironment has no reset or step method"),
+        (["task.max_turns=0"], "task.max_turns"),
+        (["model.block_size=32"], "exceeds model.block_size (32)"),
+        ([f"task.env={CASES}:ResetRaises"], "cannot start: reset raised KeyError"),
+        ([f"task.env={CASES}:NoDemonstration"], "sft.steps: 6, but task.env"),
+        (
+            [f"task.env={CASES}:StepRaises"],
+            "the demonstration of row {'secret': 12} ended env_error: step raised",
+        ),
+        ([f"task.env={CASES}:LiesAboutDeterminism"], "task.env: declared deterministic, but row"),
+        (["task.stop=[]"], "task.stop"),
+    ],
+)
+def test_an_env_run_is_refused_before_anything_starts(capsys, tmp_path, sets, expected):
+    assert expected in _refused(capsys, tmp_path, *sets)
+
+
+def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through():
+    task = build_task(load_config("env-smoke"))
+    pair = task.train_stream(None)(0)
+    assert pair.prompt == "guess 1-16\n" and pair.turns
+    assert pair.target == "".join(a + o for a, o in pair.turns)
+    assert all(a.endswith("\n") for a, _ in pair.turns) and pair.turns[-1][1] == ""  # found: no answer
+    assert task.train_stream(None)(0) == pair  # a pure function of the index
+    held = task.eval_pairs()
+    assert len(held) == 8 and all(p.prompt == "guess 1-16\n" for p in held)
+    assert set(task.alphabet) >= set("0123456789\nhigherlower")
+
+
+def test_check_reward_tries_the_environment(capsys):
+    assert check_main(["--preset", "env-smoke", "--n", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "environment:  guess (task env), deterministic" in out
+    assert "6 rows, each played twice" in out and "statuses:     ok 12" in out
+    assert "determinism:  0 of 6 rows" in out and "a run would accept this environment" in out
+    assert check_main(["--preset", "env-smoke", "--set", f"task.env={CASES}:LiesAboutDeterminism"]) == 2
+    out = capsys.readouterr().out
+    assert "determinism:  8 of 8 rows played differently" in out  # the 8 held-out rows: no file
+    assert "verdict:      refused: declared deterministic, but row" in out
