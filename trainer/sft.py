@@ -32,8 +32,10 @@ def encode_turns(tokenizer, prompt: str, turns: Sequence[tuple[str, str]]) -> tu
     as an episode ends when the environment says so."""
     ids = tokenizer.encode_prompt(prompt)
     mask = [False] * len(ids)
-    for action, observation in turns:
-        acted, answered = tokenizer.encode_text(action), tokenizer.encode_text(observation)
+    for turn, (action, observation) in enumerate(turns):
+        acted = tokenizer.encode_text(action)
+        last = turn == len(turns) - 1  # the answer that ends an episode is never fed to the policy
+        answered = [] if last else tokenizer.encode_observation(observation)
         ids += acted + answered
         mask += [True] * len(acted) + [False] * len(answered)
     return ids, mask

@@ -51,7 +51,12 @@ class PolicyTokenizer(Protocol):
         ...
 
     def encode_text(self, text: str) -> list[int]:
-        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        """Ids of text that goes into a sequence as it is."""
+        ...
+
+    def encode_observation(self, text: str) -> list[int]:
+        """Ids of an environment's answer after the policy's turn (through the chat template,
+        as a user message, where prompts are rendered through it)."""
         ...
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str: ...

@@ -48,7 +48,11 @@ class CharTokenizer:
             raise UnknownCharacterError(text[pos], pos, text, self.alphabet) from None
 
     def encode_text(self, text: str) -> list[int]:
-        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        """Ids of text that goes into a sequence as it is."""
+        return self.encode(text)
+
+    def encode_observation(self, text: str) -> list[int]:
+        """An environment's answer after the policy's turn: its text as it is."""
         return self.encode(text)
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:

@@ -14,6 +14,20 @@ from collections.abc import Iterable
 from trainer.policy.base import PromptFormat
 
 
+def chat_observation(tok, text: str) -> str:
+    """What `tok`'s chat template puts between an assistant message and the next one when `text`
+    is a user message between them, found by rendering a probe conversation with and without it."""
+    probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    opened = tok.apply_chat_template(probe[:1], tokenize=False, add_generation_prompt=True) + "a"
+    closed = tok.apply_chat_template(probe, tokenize=False)
+    answered = tok.apply_chat_template(
+        [*probe, {"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+    if not (closed.startswith(opened) and answered.startswith(closed)):
+        raise ValueError("the chat template does not render a conversation as the sum of its messages")
+    return closed[len(opened) :] + answered[len(closed) :]
+
+
 class HFTokenizer:
     """Text to ids and back for a `transformers` policy."""
 
@@ -45,8 +59,16 @@ class HFTokenizer:
         return prompt_ids + target_ids, [False] * len(prompt_ids) + [True] * len(target_ids)
 
     def encode_text(self, text: str) -> list[int]:
-        """Ids of text that goes into a sequence as it is (an environment's observation)."""
+        """Ids of text that goes into a sequence as it is."""
         return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def encode_observation(self, text: str) -> list[int]:
+        """An environment's answer after the policy's turn: with a chat template, the end of the
+        assistant's message, the answer as a user message, and the start of the next assistant
+        message (what the template renders between them); else the text as it is."""
+        if not self.fmt.chat_template:
+            return self.encode_text(text)
+        return self.encode_text(chat_observation(self.tok, text))
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
         """Text of `ids` without special tokens; with `stop_at_eos`, up to the first EOS."""

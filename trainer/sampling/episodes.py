@@ -112,7 +112,7 @@ class _Rows:
                     self.cut[r] = ("ok", None)  # the policy ended the episode with EOS
                 continue
             try:
-                self.forced[r].extend(tokenizer.encode_text(observation))
+                self.forced[r].extend(tokenizer.encode_observation(observation))
             except ValueError as exc:  # an observation the tokenizer cannot write
                 self.active[r] = False
                 self.cut[r] = ("env_error", f"observation cannot be tokenized: {exc}")

@@ -135,3 +135,30 @@ def test_no_environment_token_is_a_term_of_the_loss_or_the_kl():
     before = losses(logp, ref)
     after = losses(logp.masked_fill(env, 50.0), ref.masked_fill(env, -50.0))
     torch.testing.assert_close(before, after, rtol=0, atol=0)
+
+
+def test_hf_observations_come_through_the_chat_template(tmp_path):
+    pytest.importorskip("transformers")
+    from trainer.config import HFModelConfig
+    from trainer.policy.base import PromptFormat
+    from trainer.policy.hf import HFPolicy
+    from trainer.policy.hf_tiny import write_tiny_model
+    from trainer.sft import encode_turns
+
+    path = write_tiny_model(tmp_path / "llama", "llama", positions=256)
+    policy = HFPolicy.load(HFModelConfig(source="hf", path=str(path)), PromptFormat(chat_template=True))
+    tok = policy.tokenizer
+    # the tiny template: "<role>: <content>\n" per message, "assistant: " to open the reply
+    assert tok.decode(tok.encode_observation("ok;")) == "\nuser: ok;\nassistant: "
+    out = episodes(policy, stop=list("aeiou0123456789"), budget=80)
+    texts = [tok.decode(row, stop_at_eos=False) for row in out.rollout.completion_ids.tolist()]
+    answered = [t for t, e in zip(texts, out.results, strict=True) if e.turns > 1]
+    assert answered and all("\nuser: ok;\nassistant: " in t for t in answered)
+    r = out.rollout
+    with torch.no_grad():
+        logp, _ = completion_logprobs(policy.module.eval(), r, 1.0)
+    torch.testing.assert_close(logp[r.completion_mask], r.old_logprobs[r.completion_mask], rtol=0, atol=1e-4)
+    # the warm start lays a demonstration out the same way, its answers out of the loss
+    ids, mask = encode_turns(tok, "q:", [("ab", "ok;"), ("c", "")])
+    assert tok.decode(ids).endswith("ab\nuser: ok;\nassistant: c")
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "abc"
