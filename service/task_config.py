@@ -20,8 +20,8 @@ from trainer.config import Frozen, tagged_union
 _FLAT_KEYS = ("path", "eval_path", "prompt_key", "target_key", "stop", "engine", "train_positions")
 
 
-def _check_stops(value: list[str]) -> list[str]:
-    if any(not s for s in value):
+def _check_stops(value: list[str] | None) -> list[str] | None:
+    if value is not None and any(not s for s in value):
         raise ValueError(f"{value!r} holds an empty string; every stop string needs at least one character")
     return value
 
@@ -189,10 +189,11 @@ class EnvTaskConfig(_TaskBase):
     eval_path: str | None = Field(
         None, description="held-out rows (JSONL); unset: data.eval_size rows generated apart (data.eval_seed)"
     )
-    stop: list[str] = Field(
-        default_factory=lambda: ["\n"],
+    stop: list[str] | None = Field(
+        None,
         min_length=1,
-        description="strings that end a turn: the text before one is the action handed to step",
+        description="strings that end a turn: the text before one is the action handed to step "
+        "(unset: the environment's own, Environment.stop: a newline unless it says otherwise)",
     )
 
     _non_empty_stops = field_validator("stop")(lambda value: _check_stops(value))

@@ -34,6 +34,8 @@ class Environment:
     deterministic: ClassVar[bool] = False
     # Every character its observations may hold (the built-in policy's tokenizer is built from it).
     alphabet: ClassVar[str] = ""
+    # The strings that end the policy's turn (task.stop overrides them): the action is the text before.
+    stop: ClassVar[tuple[str, ...]] = ("\n",)
 
     def setup(self) -> None:
         """Before the episode's `reset` (acquire what the instance needs)."""
@@ -60,6 +62,7 @@ class Environment:
 
     @classmethod
     def demonstration(cls, row: Mapping[str, Any], rng: random.Random) -> list[str] | None:
-        """The actions of a good episode on `row` (drawing any choice from `rng`), for the SFT
-        warm start; None: none known."""
+        """The turns of a good episode on `row` as the policy would write them (a turn without a
+        stop string gets the first one appended), drawing any choice from `rng`, for the SFT warm
+        start; None: none known."""
         return None

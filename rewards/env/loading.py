@@ -7,7 +7,11 @@ import importlib
 from rewards.env.base import Environment
 
 # Bundled environments by name, imported only when named.
-BUNDLED_ENVIRONMENTS = {"guess": "rewards.env.guess:GuessNumber"}
+BUNDLED_ENVIRONMENTS = {
+    "guess": "rewards.env.guess:GuessNumber",
+    "python-tool": "rewards.env.python_tool:PythonTool",
+    "chess-play": "rewards.env.chess_play:ChessPlay",
+}
 
 
 class EnvSpecError(ValueError):

@@ -1,6 +1,6 @@
 """The `env` task: multi-turn episodes with an environment that answers each turn (`rewards.env`).
 
-    task: {name: env, env: "my_envs:GuessNumber", max_turns: 6, stop: ["\n"]}
+    task: {name: env, env: "my_envs:GuessNumber", max_turns: 6}     # a turn ends at the env's stop
     sampling: {max_new_tokens: 96}    # the whole episode's tokens: the policy's and the answers'
 
 - A row (a JSONL object of `task.path`, or the environment's own `generate_row`) is handed to
@@ -33,6 +33,7 @@ from rewards.env.remote import EpisodeCalls
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task
 from trainer.data.pairs import EpisodePair, file_stream
+from trainer.sampling.stop import first_stop
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
@@ -71,7 +72,7 @@ class EnvTask(Task):
             reward_mode=t.episode_reward,
             step_timeout_s=t.step_timeout_s,
             hosting=t.hosting,
-            stops=tuple(t.stop),
+            stops=tuple(t.stop if t.stop is not None else env_cls.stop),
             seed=cfg.data.seed,
             chars=env_cls.alphabet,
         )
@@ -99,7 +100,7 @@ class EnvTask(Task):
                 "to warm start from; set sft.steps: 0"
             )
         limits = FitLimits.of(cfg)
-        chars = set(env_cls.alphabet) | {c for s in t.stop for c in s}
+        chars = set(env_cls.alphabet) | {c for s in task.stops for c in s}
         for p in (*held, *sample):
             chars.update(p.prompt + (p.target or ""))
         task = dataclasses.replace(task, chars="".join(sorted(chars)), held_out=held, train_rows=train)
@@ -132,9 +133,11 @@ class EnvTask(Task):
             episode.end("ok")
             return EpisodePair(prompt, None, dict(row))
         turns = []
-        for action in actions:
-            observation, over = episode.act(action)
-            turns.append((action + self.stops[0], observation))
+        for written in actions:  # each as the policy writes it: its stop string appended if it has none
+            if first_stop(written, self.stops) is None:
+                written += self.stops[0]
+            observation, over = episode.act(_action(written, self.stops))
+            turns.append((written, observation))
             if over:
                 break
         result = episode.end("ok")
@@ -172,7 +175,7 @@ class EnvTask(Task):
     def environment_trial(self, pairs: Sequence[Any], n: int = ENV_TRIAL_ROWS) -> EnvTrial:
         """The environment tried on the first n rows, each played twice with its demonstration
         (or one empty action where it has none): time per call, failures, determinism."""
-        plays = [(p.fields, _actions(p, self.stops[0])) for p in pairs[:n]]
+        plays = [(p.fields, _actions(p, self.stops)) for p in pairs[:n]]
         return try_environment(load_environment(self.env), plays, self.max_turns, self.step_timeout_s)
 
     def environment_problem(self, pairs: Sequence[Any]) -> str | None:
@@ -206,9 +209,15 @@ class EnvTask(Task):
         )
 
 
-def _actions(pair: EpisodePair, stop: str) -> list[str]:
+def _action(written: str, stops: Sequence[str]) -> str:
+    """What the environment is handed of a turn: the text before its first stop string."""
+    at = first_stop(written, stops)
+    return written if at is None else written[:at]
+
+
+def _actions(pair: EpisodePair, stops: Sequence[str]) -> list[str]:
     """The actions of a pair's demonstration (one empty action where it has none)."""
-    return [action.removesuffix(stop) for action, _ in pair.turns] if pair.turns else [""]
+    return [_action(written, stops) for written, _ in pair.turns] if pair.turns else [""]
 
 
 def _generated(env_cls: type[Environment], index: int, seed: int) -> dict[str, Any]:

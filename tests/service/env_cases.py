@@ -1,6 +1,8 @@
 """Environments a run must refuse before it starts (named as `tests.service.env_cases:<Class>`)."""
 
+from rewards.config import EngineConfig
 from rewards.env import Environment
+from rewards.env.chess_play import ChessPlay
 from rewards.env.guess import GuessNumber
 
 
@@ -46,3 +48,10 @@ __all__ = [
     "ResetRaises",
     "StepRaises",
 ]
+
+
+class QuickChess(ChessPlay):
+    """chess-play with a small node budget: its warm start's demonstrations cost milliseconds."""
+
+    engine = EngineConfig(nodes=64)
+    moves = 2

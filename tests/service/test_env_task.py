@@ -28,7 +28,10 @@ def _refused(capsys, tmp_path, *sets: str) -> str:
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
-        (["task.env=nope"], "task.env 'nope': name a bundled environment (guess) or 'module:Class'"),
+        (
+            ["task.env=nope"],
+            "task.env 'nope': name a bundled environment (guess, python-tool) or 'module:Class'",
+        ),
         (["task.env=no_such_module:Env"], "cannot import module 'no_such_module'"),
         ([f"task.env={CASES}:NotAnEnvironment"], "NotAnEnvironment has no reset or step method"),
         (["task.max_turns=0"], "task.max_turns"),

@@ -1,0 +1,76 @@
+"""The bundled `python-tool` and `chess-play` environments end to end through `hf-smoke`'s tiny
+transformers model with a chat template: episodes on the reward pool, code run in the sandbox,
+moves answered by Stockfish, the answers entering as user messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.run_files import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sandbox_reason() -> str | None:
+    from rewards.sandbox import sandbox_unavailable_reason
+
+    return sandbox_unavailable_reason()
+
+
+def _engine_reason() -> str | None:
+    from rewards.engine import EngineUnavailable, find_engine
+
+    try:
+        find_engine(None)
+    except EngineUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _run(run_dir: Path, env: str, *sets: str) -> list[dict]:
+    argv = ["--preset", "hf-smoke", "--run-dir", str(run_dir), "--set", "task.name=env"]
+    for item in (f"task.env={env}", "task.chat_template=true", "run.backend=local", *sets):
+        argv += ["--set", item]
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "service.train", *argv],
+        cwd=REPO, env=environ, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and (run_dir / "export").is_dir()
+    grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
+    assert grpo and all(m["env_errors"] == 0.0 and m["completions"] == 16 for m in grpo)
+    return read_jsonl(run_dir / "eval.jsonl")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.skipif(_sandbox_reason() is not None, reason=f"no sandbox here: {_sandbox_reason()}")
+def test_python_tool_runs_the_policys_code_and_hands_back_its_output(tmp_path):
+    evals = _run(
+        tmp_path / "run", "python-tool", "sampling.max_new_tokens=140", "sft.steps=150", "sft.lr=0.005"
+    )
+    final = evals[-1]
+    assert final["turns_mean"] > 1.0, "no episode ran code and went on: the run showed nothing"
+    ran = [s["completion"] for s in final["samples"] if "<output>" in s["completion"]]
+    assert ran and all("</output>" in c for c in ran)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.skipif(_engine_reason() is not None, reason=f"no engine here: {_engine_reason()}")
+def test_chess_play_answers_legal_moves_with_the_engines(tmp_path):
+    evals = _run(
+        tmp_path / "run", "tests.service.env_cases:QuickChess", "sampling.max_new_tokens=80", "sft.steps=100",
+        "sft.lr=0.005",
+    )  # fmt: skip
+    for e in evals:
+        assert e["statuses"] and set(e["statuses"]) <= {"ok", "max_tokens"} and 0.0 <= e["reward_mean"] <= 1.0
+    assert max(e["success_rate"] for e in evals) > 0.0, "no legal move was played: the run showed nothing"
