@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from actors.pool.episodes import PoolEpisodes
 from rewards.env import EnvSpecError, Episode, LocalEpisodes, load_environment
 from rewards.env.base import Environment
 from rewards.env.check import EnvTrial, env_problem, try_environment
@@ -33,7 +32,6 @@ from rewards.env.remote import EpisodeCalls
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task
 from trainer.data.pairs import EpisodePair, file_stream
-from trainer.sampling.stop import first_stop
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
@@ -132,6 +130,8 @@ class EnvTask(Task):
         if actions is None:
             episode.end("ok")
             return EpisodePair(prompt, None, dict(row))
+        from trainer.sampling.stop import first_stop  # torch: not imported to validate a config
+
         turns = []
         for written in actions:  # each as the policy writes it: its stop string appended if it has none
             if first_stop(written, self.stops) is None:
@@ -159,9 +159,11 @@ class EnvTask(Task):
     def stop(self) -> tuple[str, ...]:
         return self.stops
 
-    def episode_host(self, pool_of: Callable[[], Any] | None = None) -> LocalEpisodes | PoolEpisodes:
+    def episode_host(self, pool_of: Callable[[], Any] | None = None) -> Any:
         """Where this rank's episodes run: on the reward pool (task.hosting=pool), else here."""
         if self.hosting == "pool":
+            from actors.pool.episodes import PoolEpisodes  # Ray: not imported to validate a config
+
             if pool_of is None:
                 raise ValueError("task.hosting=pool: the episodes need the run's reward pool")
             return PoolEpisodes(pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
@@ -211,6 +213,8 @@ class EnvTask(Task):
 
 def _action(written: str, stops: Sequence[str]) -> str:
     """What the environment is handed of a turn: the text before its first stop string."""
+    from trainer.sampling.stop import first_stop
+
     at = first_stop(written, stops)
     return written if at is None else written[:at]
 

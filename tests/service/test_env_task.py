@@ -30,7 +30,7 @@ def _refused(capsys, tmp_path, *sets: str) -> str:
     [
         (
             ["task.env=nope"],
-            "task.env 'nope': name a bundled environment (guess, python-tool) or 'module:Class'",
+            "task.env 'nope': name a bundled environment (chess-play, guess, python-tool) or 'module:Class'",
         ),
         (["task.env=no_such_module:Env"], "cannot import module 'no_such_module'"),
         ([f"task.env={CASES}:NotAnEnvironment"], "NotAnEnvironment has no reset or step method"),

@@ -33,6 +33,7 @@ CFG = TrainerConfig.model_validate(
         "grpo": {"beta": 0.05, "scale": "batch", "loss_agg": "sequence", "zero_var_groups": "keep"},
         "optim": {"lr": 1e-2},
         "sft": {"lr": 1e-2, "warmup_steps": 0},
+        "precision": {"dtype": "fp32"},  # ranks and one process agree exactly in fp32 only
     }
 )
 

@@ -57,7 +57,7 @@ def test_metric_names_are_listed_once_and_prefixed():
     assert all(name.startswith("grpo_") for name in METRIC_NAMES)
     for key in ("reward_mean", "loss", "kl", "entropy", "step_time_s", "completions_per_s", "reward_wait_s"):
         assert key in STEP_GAUGES
-    assert set(EVAL_GAUGES) == {"reward_mean", "exact_match", "valid_rate"}
+    assert set(EVAL_GAUGES) == {"reward_mean", "exact_match", "valid_rate", "success_rate", "turns_mean"}
     assert "grpo_skipped_steps" in METRIC_NAMES
 
 

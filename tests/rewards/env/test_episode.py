@@ -175,7 +175,7 @@ def test_load_environment_by_bundled_name_or_module_and_refuses_the_rest():
     assert load_environment("guess") is GuessNumber
     assert load_environment("rewards.env.guess:GuessNumber") is GuessNumber
     for spec, message in [
-        ("nope", "name a bundled environment (guess, python-tool) or 'module:Class'"),
+        ("nope", "name a bundled environment (chess-play, guess, python-tool) or 'module:Class'"),
         ("no_such_module:Env", "cannot import module 'no_such_module'"),
         ("rewards.env.guess:Nope", "has no attribute 'Nope'"),
         ("rewards.env.guess:HIGHER", "is a str, not a class"),

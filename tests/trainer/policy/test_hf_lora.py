@@ -30,6 +30,7 @@ def _cfg(path, lora: bool = True, **grpo) -> TrainerConfig:
             "sampling": {"group_size": 4, "max_new_tokens": 6, "prompts_per_microbatch": 2},
             "grpo": {"beta": 0.05, "scale": "batch", "zero_var_groups": "keep", **grpo},
             "optim": {"lr": 1e-2}, "sft": {"lr": 1e-2, "warmup_steps": 0},
+            "precision": {"dtype": "fp32"},  # compared exactly: fp32 whatever the CPU
         }
     )  # fmt: skip
 
