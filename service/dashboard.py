@@ -89,6 +89,15 @@ RUN_PANELS: tuple[PanelSpec, ...] = (
         (f"{_eval('exact_match')}{RUN}", "exact match {{run_id}}"),
         (f"{_eval('valid_rate')}{RUN}", "valid {{run_id}}"),
     ), unit="percentunit"),
+    PanelSpec("Episodes (environment tasks): turns, success, errors", (
+        (f'{_step("turns_mean")}{{run_id=~"$run_id", phase="grpo"}}', "turns {{run_id}}"),
+        (f"{_eval('turns_mean')}{RUN}", "held-out turns {{run_id}}"),
+        (f"{_eval('success_rate')}{RUN}", "held-out success {{run_id}}"),
+        (f'{_step("env_errors")}{{run_id=~"$run_id", phase="grpo"}}', "env errors {{run_id}}"),
+    ), description="turns per episode, held-out share won, episodes ended by env_error or timeout"),
+    PanelSpec("Environment seconds per reset or step", (
+        (f'{_step("env_step_s")}{{run_id=~"$run_id", phase="grpo"}}', "{{run_id}}"),
+    ), unit="s"),
     PanelSpec("Progress: global step, steps per minute, skipped updates", (
         (f"{_step('step')}{RUN}", "step {{run_id}} ({{phase}})"),
         (f"sum by (run_id) (rate({prometheus_name(STEPS_COUNTER[0], 'counter')}{RUN}[1m])) * 60", "steps/min {{run_id}}"),
