@@ -1,10 +1,12 @@
-"""Finding an environment class from the config: a bundled name or `module:Class`."""
+"""Finding an environment class from the config: a bundled name or `module:Class` (an
+`Environment`, or a SkyRL-gym environment class, which is wrapped: `rewards.env.skyrl`)."""
 
 from __future__ import annotations
 
 import importlib
 
 from rewards.env.base import Environment
+from rewards.env.skyrl import is_skyrl_class, wrap_skyrl
 
 # Bundled environments by name, imported only when named.
 BUNDLED_ENVIRONMENTS = {
@@ -39,6 +41,8 @@ def load_environment(spec: str) -> type[Environment]:
         obj = getattr(obj, part)
     if not isinstance(obj, type):
         raise EnvSpecError(f"task.env {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
+    if is_skyrl_class(obj):  # a SkyRL-gym environment: init(prompt) and step(action) -> dict
+        return wrap_skyrl(obj)
     missing = [m for m in ("reset", "step") if not callable(getattr(obj, m, None))]
     if missing:
         raise EnvSpecError(f"task.env {spec!r}: {attr} has no {' or '.join(missing)} method")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.bench.cost_curve import CostCurvePlan
+from service.bench.episodes import EnvPlan
 from service.bench.grpo import GRPOPlan
 from service.bench.hf import HFPlan
 from service.bench.machine import usable_cores
@@ -16,7 +17,7 @@ from service.bench.sandbox import SandboxPlan
 from service.bench.train_step import TrainStepPlan
 
 SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost", "sandbox")
-OPTIONAL_SECTIONS = ("peer", "cost-curve")  # run only when asked for by name (`--sections peer`)
+OPTIONAL_SECTIONS = ("peer", "cost-curve", "env")  # run only when asked for by name (`--sections peer`)
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -36,6 +37,7 @@ class BenchPlan:
     reward_cost: RewardCostPlan = field(default_factory=RewardCostPlan)
     sandbox: SandboxPlan = field(default_factory=SandboxPlan)
     cost_curve: CostCurvePlan = field(default_factory=CostCurvePlan)
+    env: EnvPlan = field(default_factory=EnvPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:

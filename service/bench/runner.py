@@ -14,6 +14,9 @@ import ray
 from service.bench.cost_curve import HEADLINE as CURVE_HEADLINE
 from service.bench.cost_curve import TITLE as CURVE_TITLE
 from service.bench.cost_curve import bench_cost_curve
+from service.bench.episodes import HEADLINE as ENV_HEADLINE
+from service.bench.episodes import TITLE as ENV_TITLE
+from service.bench.episodes import bench_env
 from service.bench.grpo import GRPO_HEADLINE, bench_grpo
 from service.bench.hf import HEADLINE as HF_HEADLINE
 from service.bench.hf import TITLE as HF_TITLE
@@ -61,6 +64,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     "reward-cost": ((COST_TITLE,), COST_HEADLINE, lambda p: bench_reward_cost(p.reward_cost)),
     "sandbox": ((SANDBOX_TITLE,), SANDBOX_HEADLINE, lambda p: bench_sandbox(p.sandbox)),
     "cost-curve": ((CURVE_TITLE,), CURVE_HEADLINE, lambda p: bench_cost_curve(p.cost_curve)),
+    "env": ((ENV_TITLE,), ENV_HEADLINE, lambda p: bench_env(p.env)),
 }
 
 
@@ -88,7 +92,7 @@ def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
     began = time.perf_counter()
     info = machine_info()
     started_ray = False
-    if not ray.is_initialized() and {"reward", "grpo", "peer", "reward-cost", "cost-curve"} & set(
+    if not ray.is_initialized() and {"reward", "grpo", "peer", "reward-cost", "cost-curve", "env"} & set(
         plan.sections
     ):
         ray.init(

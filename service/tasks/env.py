@@ -31,7 +31,8 @@ from rewards.env.check import EnvTrial, env_problem, try_environment
 from rewards.env.remote import EpisodeCalls
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task
-from trainer.data.pairs import EpisodePair, file_stream
+from service.tasks.text_files import table_records
+from trainer.data.pairs import DataFileError, EpisodePair, file_stream
 
 if TYPE_CHECKING:
     from service.config import ServiceConfig
@@ -232,7 +233,16 @@ def _generated(env_cls: type[Environment], index: int, seed: int) -> dict[str, A
 
 
 def _read_rows(path: str, key: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file; ValueError naming the first bad line."""
+    """The rows of a JSONL file, a .parquet file or a dataset directory (SkyRL's and verl's data
+    files); ValueError naming the first bad line."""
+    try:
+        records = table_records(path)
+    except DataFileError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+    if records is not None:
+        if not records:
+            raise ValueError(f"{key}: {path} holds no rows")
+        return records
     rows = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -29,6 +29,14 @@ def _module(name: str, path: str, package: str) -> Any:
 def load_rows(path: str, prompt_key: str = "prompt", target_key: str = "target") -> list[TextRow]:
     """The rows of `path` (by its form: a directory, a .parquet file, else JSONL); DataFileError
     naming the file and the first bad row, or the package a format needs."""
+    records = table_records(path)
+    if records is not None:
+        return rows_of_records(records, path, prompt_key, target_key)
+    return load_text_rows(path, prompt_key, target_key)
+
+
+def table_records(path: str) -> list[dict[str, Any]] | None:
+    """The records of a dataset directory or a .parquet file; None for any other path (JSONL)."""
     where = Path(path).expanduser()
     if where.is_dir():
         datasets = _module("datasets", path, "datasets")
@@ -43,12 +51,11 @@ def load_rows(path: str, prompt_key: str = "prompt", target_key: str = "target")
             raise DataFileError(
                 f"{path}: holds the splits {splits}; point the key at one split (e.g. {path}/train)"
             )
-        return rows_of_records(data.to_list(), path, prompt_key, target_key)
+        return data.to_list()
     if where.suffix == ".parquet":
         parquet = _module("pyarrow.parquet", path, "pyarrow")
         try:
-            records = parquet.read_table(str(where)).to_pylist()
+            return parquet.read_table(str(where)).to_pylist()
         except Exception as exc:
             raise DataFileError(f"{path}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
-        return rows_of_records(records, path, prompt_key, target_key)
-    return load_text_rows(path, prompt_key, target_key)
+    return None

@@ -74,3 +74,29 @@ def test_chess_play_answers_legal_moves_with_the_engines(tmp_path):
     for e in evals:
         assert e["statuses"] and set(e["statuses"]) <= {"ok", "max_tokens"} and 0.0 <= e["reward_mean"] <= 1.0
     assert max(e["success_rate"] for e in evals) > 0.0, "no legal move was played: the run showed nothing"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_skyrl_gym_environment_runs_unchanged(tmp_path):
+    pytest.importorskip("skyrl_gym")
+    rows = tmp_path / "gsm8k.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({
+                "prompt": [{"role": "user", "content": f"What is {a} + {b}? End with '#### N'."}],
+                "env_class": "gsm8k_multi_turn",
+                "reward_spec": {"method": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"max_turns": 2},
+            }) + "\n"
+            for a in range(1, 7) for b in range(1, 7)
+        )
+    )  # fmt: skip
+    evals = _run(
+        tmp_path / "run", "skyrl_gym.envs.gsm8k.multi_turn_env:GSM8kMultiTurnEnv", f"task.path={rows}",
+        "sft.steps=0", "sampling.max_new_tokens=190", "data.eval_size=8",
+    )  # fmt: skip
+    assert all(e["count"] == 8 and "env_error" not in e["statuses"] for e in evals)
+    grpo = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if m["phase"] == "grpo"]
+    # sampled episodes went past their first turn: the environment's user message was fed back
+    assert max(m["turns_mean"] for m in grpo) > 1.0, "no episode got a SkyRL answer: the run showed nothing"
