@@ -36,6 +36,9 @@ class Environment:
     alphabet: ClassVar[str] = ""
     # The strings that end the policy's turn (task.stop overrides them): the action is the text before.
     stop: ClassVar[tuple[str, ...]] = ("\n",)
+    # Episodes whose steps may run at once in one process (threads): > 1 only for environments that
+    # wait (I/O) and whose instances share nothing unsafe (`rewards.env.concurrency`).
+    concurrent_steps: ClassVar[int] = 1
 
     def setup(self) -> None:
         """Before the episode's `reset` (acquire what the instance needs)."""

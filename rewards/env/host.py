@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewards.env.base import Environment
+from rewards.env.concurrency import map_steps
 from rewards.env.episode import ENV_ERROR, Episode, EpisodeResult
 from rewards.env.loading import load_environment
 
@@ -56,7 +57,9 @@ class LocalEpisodes:
 
     def step(self, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
         """Sample index -> its action; returns sample index -> (observation, episode over)."""
-        return {i: self._episodes[i].act(action) for i, action in actions.items()}
+        acted = map_steps(lambda item: self._episodes[item[0]].act(item[1]), list(actions.items()),
+                          getattr(self.env_cls, "concurrent_steps", 1))  # fmt: skip
+        return dict(zip(actions, acted, strict=True))
 
     def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
         """Close every episode (cut: sample index -> (status, reason) the sampler ended it with)."""

@@ -17,11 +17,13 @@ turns it back into the sampler's record of the episode.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewards.env.base import Environment
+from rewards.env.concurrency import map_steps
 from rewards.env.episode import ENV_ERROR, EPISODE_STATUSES, TIMEOUT, Episode, EpisodeRecord
 from rewards.env.loading import load_environment
 from rewards.result import OK, ScoreResult
@@ -60,6 +62,7 @@ class EpisodeCalls:
             step_timeout_s,
         )
         self._held: OrderedDict[str, Episode] = OrderedDict()
+        self._lock = threading.Lock()  # episodes may be stepped on threads (concurrent_steps)
         self._env_cls: type[Environment] | None = None
 
     def __reduce__(self):  # the held episodes stay where they are played
@@ -83,12 +86,14 @@ class EpisodeCalls:
     ) -> list[ScoreResult]:
         if rows is None:
             raise ValueError("episode calls carry their episode in the item's fields")
-        return [self.call(item, action) for action, item in zip(completions, rows, strict=True)]
+        calls = list(zip(rows, completions, strict=True))
+        return map_steps(lambda c: self.call(*c), calls, getattr(self.env_cls, "concurrent_steps", 1))
 
     def call(self, item: Mapping[str, Any], action: str) -> ScoreResult:
         key, kind = item["episode"], item["call"]
         if kind == CLOSE:
-            episode = self._held.pop(key, None)
+            with self._lock:
+                episode = self._held.pop(key, None)
             if episode is not None:
                 episode.end()
             return ScoreResult(0.0, {}, OK)
@@ -96,12 +101,14 @@ class EpisodeCalls:
             episode = self._new(item["row"])
             first = episode.start()
             return self._answer(key, episode, first or "", 0.0, 0)
-        episode, replayed = self._held.get(key), 0
+        with self._lock:  # held again (most recently used) by _answer while it goes on
+            episode, replayed = self._held.pop(key, None), 0
         if episode is None or episode.turns != len(item.get("actions", ())):
+            if episode is not None:
+                episode.end()
             episode, replayed = self._replay(item)
             if episode.over:
                 return self._answer(key, episode, "", 0.0, replayed)
-        self._held.pop(key, None)  # held again (most recently used) by _answer while it goes on
         spent = episode.env_s
         episode.act(action)
         answered = len(episode.transcript) == 2 * episode.turns + 1  # the step gave an observation
@@ -152,12 +159,17 @@ class EpisodeCalls:
         env_s: float | None = None,
     ) -> ScoreResult:
         if episode.over:
-            self._held.pop(key, None)
+            with self._lock:
+                self._held.pop(key, None)
             episode.end()
         else:
-            self._held[key] = episode
-            while len(self._held) > MAX_HELD_EPISODES:
-                self._held.popitem(last=False)[1].end()
+            with self._lock:
+                self._held[key] = episode
+                evicted = [
+                    self._held.popitem(last=False)[1] for _ in range(len(self._held) - MAX_HELD_EPISODES)
+                ]
+            for old in evicted:
+                old.end()
         components = {
             "over": float(episode.over),
             "end": float(EPISODE_STATUSES.index(episode.status)) if episode.over else -1.0,

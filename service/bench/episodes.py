@@ -5,7 +5,8 @@ The tiny GPT is warmed up on the `guess` environment's demonstrations (so episod
 turns), its state kept; every row then starts from that state and runs the same GRPO steps (the
 same episodes: each sample's noise is keyed by its step), alternating in rounds:
 - environments: `guess` (microseconds a step) and `guess` with a 20 ms tool call in each step
-  (`SlowGuess`: a sleep, as an I/O-bound tool or a remote service would cost);
+  (`SlowGuess`: a sleep, as an I/O-bound tool or a remote service would cost), stepped one episode
+  after another or up to 16 at once (`concurrent_steps`);
 - hosting: in the trainer process (`local`) and on a pool of 2 reward workers (`pool`), each
   episode's calls going to its worker.
 Per row: seconds per step, the part spent sampling, the time sampling waited on the environments
@@ -35,12 +36,24 @@ from trainer.policy.char_tokenizer import CharTokenizer
 TITLE = "11. Multi-turn episodes: waiting on the environments"
 HEADLINE = ("env_wait_fraction",)
 TOOL_S = 0.020
-ENVS = {"guess": "guess", "guess + 20 ms tool": "service.bench.episodes:SlowGuess"}
+ENVS = {
+    "guess": "guess",
+    "guess + 20 ms tool": "service.bench.episodes:SlowGuess",
+    "guess + 20 ms tool, 16 at once": "service.bench.episodes:ConcurrentSlowGuess",
+}
 HOSTINGS = ("local", "pool")
 
 
 class SlowGuess(GuessNumber):
     """`guess` whose every step waits TOOL_S, as a tool call would."""
+
+    concurrent_steps = 1
+
+
+class ConcurrentSlowGuess(SlowGuess):
+    """The same tool call, up to 16 episodes' steps at once in a process (`concurrent_steps`)."""
+
+    concurrent_steps = 16
 
     def step(self, action: str):
         time.sleep(TOOL_S)
@@ -152,9 +165,9 @@ def bench_env(plan: EnvPlan) -> dict[str, Any]:
     )  # fmt: skip
     section["notes"].append(
         "the sampler waits for each decoding step's answers before it decodes on; a worker steps its "
-        "episodes one after another, so a pool of 2 halves a slow tool's wait at best"
+        "episodes one after another unless the environment allows more at once (concurrent_steps)"
     )
-    key = ("guess + 20 ms tool", "pool")
+    key = ("guess + 20 ms tool, 16 at once", "pool")
     if key in shares:
         set_headline(section, "env_wait_fraction", shares[key])
     else:

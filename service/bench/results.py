@@ -43,7 +43,7 @@ HEADLINE_TARGETS: dict[str, str] = {
     "tokens_vs_peer_default": ">= 3x peer_tokens_per_s (the shipped settings)",
     "hf_tokens_vs_peer": ">= 2x peer_tokens_per_s (the transformers policy)",
     "env_wait_fraction": "the share of a GRPO step of episodes spent waiting on the environments (guess with a "
-    "20 ms tool call per step, a pool of 2; --sections env; measured, no target)",
+    "20 ms tool call per step, 16 at once, a pool of 2; --sections env; measured, no target)",
     "cost_exponent_tokens": "<= 1.1 (seconds per step against completion tokens per step, K and prompts sweeps)",
 }
 

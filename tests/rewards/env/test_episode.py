@@ -200,3 +200,22 @@ def test_trying_an_environment_finds_failures_and_a_false_determinism():
     assert "step raised RuntimeError: boom" in env_problem(broken)
     drifting = try_environment(Drifting, [({}, ["a"])], max_turns=6)
     assert "declared deterministic, but" in env_problem(drifting)
+
+
+class Waits(Counter):
+    concurrent_steps = 8
+
+    def step(self, action):
+        time.sleep(0.2)
+        return super().step(action)
+
+
+def test_an_environment_that_waits_steps_its_episodes_at_once_when_it_allows():
+    host = LocalEpisodes(Waits, max_turns=3)
+    host.start([{}], ["start"], 8)
+    began = time.perf_counter()
+    replies = host.step({i: "stop" if i % 2 else "go" for i in range(8)})
+    took = time.perf_counter() - began
+    assert took < 0.2 * 3, f"8 steps of 0.2 s took {took:.2f}s: not at once"
+    assert replies == {i: ("", True) if i % 2 else ("n=1", False) for i in range(8)}
+    assert [r.status for r in host.finish({})] == ["max_tokens", "ok"] * 4
