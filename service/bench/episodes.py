@@ -49,15 +49,15 @@ class SlowGuess(GuessNumber):
 
     concurrent_steps = 1
 
+    def step(self, action: str):
+        time.sleep(TOOL_S)
+        return super().step(action)
+
 
 class ConcurrentSlowGuess(SlowGuess):
     """The same tool call, up to 16 episodes' steps at once in a process (`concurrent_steps`)."""
 
     concurrent_steps = 16
-
-    def step(self, action: str):
-        time.sleep(TOOL_S)
-        return super().step(action)
 
 
 @dataclass(frozen=True)
