@@ -10,10 +10,10 @@ pickled `Scorer`, which carries its resolved functions with it).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from rewards.config import BUILTIN_COMPONENTS, IMPORT_SPEC, REGISTERED_NAME, SPEC_HELP
+from rewards.importing import import_attribute
 
 RewardFn = Callable[[str, str], float]
 
@@ -64,17 +64,8 @@ def resolve_reward(spec: str) -> RewardFn:
 
 
 def _import_callable(spec: str) -> RewardFn:
-    module_name, attr_path = spec.split(":")
-    try:
-        obj = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module's own code failing at import
-        raise RewardSpecError(
-            f"user reward {spec!r}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from exc
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            raise RewardSpecError(f"user reward {spec!r}: {module_name!r} has no attribute {attr_path!r}")
-        obj = getattr(obj, part)
+    obj = import_attribute(spec, f"user reward {spec!r}", RewardSpecError)
     if not callable(obj):
+        attr_path = spec.split(":")[1]
         raise RewardSpecError(f"user reward {spec!r}: {attr_path!r} is a {type(obj).__name__}, not callable")
     return obj

@@ -41,7 +41,7 @@ from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
-from trainer.sampling.episodes import EpisodeHost, generate_episodes
+from trainer.sampling.episodes import EpisodeHost, generate_episodes, transcript_text
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.row_noise import row_keys
@@ -433,7 +433,7 @@ class Trainer:
         for chunk in _chunks(pairs, EVAL_PROMPTS_PER_BATCH):
             _, rewards, results = self._episodes(chunk, cfg, None, greedy=True)
             parts.append(rewards)
-            transcripts.extend(self._transcript_text(r.transcript) for r in results)
+            transcripts.extend(transcript_text(r.transcript, self.stop) for r in results)
         scored = Rewards.concat(parts)
         summary = summarise_eval(
             [p.prompt for p in pairs], [None] * len(pairs), transcripts, scored.values,
@@ -441,12 +441,6 @@ class Trainer:
         )  # fmt: skip
         summary.update(episode_figures(scored.stats))
         return summary
-
-    def _transcript_text(self, transcript: Sequence[str]) -> str:
-        """An episode after its prompt as the policy saw it: each action with the stop string that
-        ended it, then the environment's answer."""
-        end = self.stop[0] if self.stop else ""
-        return "".join(x + (end if i % 2 == 0 else "") for i, x in enumerate(transcript[1:]))
 
     def _complete(
         self, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from rewards.env.base import Environment
 from rewards.env.skyrl import is_skyrl_class, wrap_skyrl
+from rewards.importing import import_attribute
 
 # Bundled environments by name, imported only when named.
 BUNDLED_ENVIRONMENTS = {
@@ -28,17 +27,8 @@ def load_environment(spec: str) -> type[Environment]:
     if path.count(":") != 1:
         bundled = ", ".join(sorted(BUNDLED_ENVIRONMENTS))
         raise EnvSpecError(f"task.env {spec!r}: name a bundled environment ({bundled}) or 'module:Class'")
-    module_name, attr = path.split(":")
-    try:
-        obj = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module's own code failing at import
-        raise EnvSpecError(
-            f"task.env {spec!r}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise EnvSpecError(f"task.env {spec!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    obj = import_attribute(path, f"task.env {spec!r}", EnvSpecError)
+    attr = path.split(":")[1]
     if not isinstance(obj, type):
         raise EnvSpecError(f"task.env {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
     if is_skyrl_class(obj):  # a SkyRL-gym environment: init(prompt) and step(action) -> dict

@@ -8,21 +8,13 @@ import pytest
 from service.check_reward import main as check_main
 from service.config import load_config
 from service.tasks import build_task
-from service.train import main as train_main
+from tests.service.refusals import refused
 
 CASES = "tests.service.env_cases"
 
 
 def _refused(capsys, tmp_path, *sets: str) -> str:
-    run_dir = tmp_path / "run"
-    argv = ["--preset", "env-smoke", "--run-dir", str(run_dir)]
-    for item in sets:
-        argv += ["--set", item]
-    assert train_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("config error: "), err
-    assert not run_dir.exists()
-    return err
+    return refused(capsys, tmp_path, "env-smoke", *sets)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import pytest
 from service.client.checks import modules_to_ship
 from service.client.cli import main as client_main
 from service.config import ConfigError, load_config
-from service.train import main as train_main
+from tests.service.refusals import refused
 from trainer.data.chess_games import eval_pairs, generate_pairs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,15 +46,7 @@ def games(tmp_path_factory) -> Path:
 
 
 def _refused(capsys, tmp_path: Path, *sets: str) -> str:
-    run_dir = tmp_path / "run"
-    argv = ["--preset", "smoke", "--run-dir", str(run_dir)]
-    for item in sets:
-        argv += ["--set", item]
-    assert train_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("config error: "), err
-    assert not run_dir.exists()
-    return err
+    return refused(capsys, tmp_path, "smoke", *sets)
 
 
 def test_an_unencodable_record_among_300_is_refused_with_its_line(capsys, tmp_path, games):

@@ -26,10 +26,9 @@ from torch import Tensor
 
 from trainer.config import SamplingConfig
 from trainer.policy.base import Policy, eval_mode
-from trainer.policy.gpt import positions_from_mask
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.row_noise import StepNoise
-from trainer.sampling.sampler import check_prompts, left_pad, prefill, sample_tokens
+from trainer.sampling.sampler import check_prompts, lay_out, left_pad, prefill, sample_tokens
 from trainer.sampling.stop import first_stop
 
 
@@ -118,6 +117,33 @@ class _Rows:
                 self.cut[r] = ("env_error", f"observation cannot be tokenized: {exc}")
 
 
+class _Columns:
+    """What each decoding step fed every row: the token, whether it was the policy's, whether it is
+    real (attended to), and the sampled log-prob; `rollout` lays them out."""
+
+    def __init__(self, n: int, budget: int, pad_id: int, device: torch.device):
+        self.tokens = torch.full((n, budget), pad_id, dtype=torch.long, device=device)
+        self.logps = torch.zeros((n, budget), dtype=torch.float32, device=device)
+        self.policy = torch.zeros((n, budget), dtype=torch.bool, device=device)
+        self.live = torch.zeros((n, budget), dtype=torch.bool, device=device)
+        self.used, self.device = 0, device
+
+    def put(self, t: int, fed: list[int], policy: list[bool], live: list[bool], logp: Tensor) -> Tensor:
+        """Column t; returns the tokens fed, as the next decoding step's input."""
+        fed_t = torch.tensor(fed, dtype=torch.long, device=self.device)
+        self.tokens[:, t], self.logps[:, t] = fed_t, logp
+        self.policy[:, t] = torch.tensor(policy, dtype=torch.bool, device=self.device)
+        self.live[:, t] = torch.tensor(live, dtype=torch.bool, device=self.device)
+        self.used = t + 1
+        return fed_t
+
+    def rollout(self, ids: Tensor, mask: Tensor, k: int) -> Rollout:
+        cols = slice(0, max(self.used, 1))  # every episode failed to start: one empty column
+        return lay_out(
+            ids, mask, self.tokens[:, cols], self.logps[:, cols], self.policy[:, cols], self.live[:, cols], k
+        )
+
+
 def generate_episodes(
     policy: Policy,
     host: EpisodeHost,
@@ -131,67 +157,64 @@ def generate_episodes(
     row_keys: Tensor | None = None,
 ) -> Episodes:
     """cfg.group_size episodes of each (prompt, row), decoded with `policy` against `host`."""
-    tokenizer, k, budget = policy.tokenizer, cfg.group_size, cfg.max_new_tokens
+    tokenizer, k = policy.tokenizer, cfg.group_size
     prompt_ids = [tokenizer.encode_prompt(p) for p in prompts]
     check_prompts(policy, prompt_ids, cfg)
     waited = time.perf_counter()
     state = _Rows(host.start(rows, prompts, k))
     env_wait = time.perf_counter() - waited
-    device = next(policy.module.parameters()).device
-    ids, mask = left_pad(prompt_ids, tokenizer.pad_id, device)
-    n = ids.shape[0] * k
-    tokens = torch.full((n, budget), tokenizer.pad_id, dtype=torch.long, device=device)
-    logps = torch.zeros((n, budget), dtype=torch.float32, device=device)
-    policy_mask = torch.zeros((n, budget), dtype=torch.bool, device=device)
-    live_mask = torch.zeros((n, budget), dtype=torch.bool, device=device)
-    used = 0
+    ids, mask = left_pad(prompt_ids, tokenizer.pad_id, next(policy.module.parameters()).device)
+    columns = _Columns(ids.shape[0] * k, cfg.max_new_tokens, tokenizer.pad_id, ids.device)
+    sampling = _Sampling(cfg, stop, greedy, generator, row_keys)
     with torch.no_grad(), eval_mode(policy.module):
-        logits, step = prefill(policy, ids, mask, cfg, ids.shape[1] + budget)
-        noise = None if (row_keys is None or greedy) else StepNoise(row_keys, logits.shape[-1], budget)
-        for t in range(budget):
-            if not any(state.active):
-                break
-            sampled, logp = sample_tokens(
-                logits, cfg.temperature, cfg.top_k, greedy, generator, None if noise is None else noise(t)
-            )
-            fed, policy_now, live_now = state.next_tokens(sampled.tolist(), tokenizer.pad_id)
-            ended = state.turns_ended(fed, policy_now, tokenizer, stop)
-            if ended:
-                waited = time.perf_counter()
-                replies = host.step({r: action for r, (action, _) in ended.items()})
-                env_wait += time.perf_counter() - waited
-                state.answer(ended, replies, tokenizer)
-            fed_t = torch.tensor(fed, dtype=torch.long, device=device)
-            policy_t = torch.tensor(policy_now, dtype=torch.bool, device=device)
-            tokens[:, t], policy_mask[:, t] = fed_t, policy_t
-            live_mask[:, t] = torch.tensor(live_now, dtype=torch.bool, device=device)
-            logps[:, t] = logp.masked_fill(~policy_t, 0.0)
-            used = t + 1
-            if used < budget and any(state.active):
-                logits = step(fed_t, t)
-    used = max(used, 1)  # every episode failed to start: one empty column keeps the shapes usual
+        logits, step = prefill(policy, ids, mask, cfg, ids.shape[1] + cfg.max_new_tokens)
+        env_wait += _decode(logits, step, state, columns, host, tokenizer, sampling)
     for r, running in enumerate(state.active):
         if running:
             state.cut[r] = ("max_tokens", None)
     waited = time.perf_counter()
     results = host.finish(state.cut)
     env_wait += time.perf_counter() - waited
-    rollout = _rollout(
-        ids, mask, tokens[:, :used], logps[:, :used], policy_mask[:, :used], live_mask[:, :used], k
-    )
-    return Episodes(rollout, results, env_wait)
+    return Episodes(columns.rollout(ids, mask, k), results, env_wait)
 
 
-def _rollout(
-    ids: Tensor, mask: Tensor, tokens: Tensor, logps: Tensor, policy_mask: Tensor, live: Tensor, k: int
-) -> Rollout:
-    attn_mask = torch.cat([mask.repeat_interleave(k, dim=0), live], dim=1)
-    return Rollout(
-        input_ids=torch.cat([ids.repeat_interleave(k, dim=0), tokens], dim=1),
-        attn_mask=attn_mask,
-        position_ids=positions_from_mask(attn_mask),
-        completion_mask=policy_mask,
-        old_logprobs=logps,
-        prompt_len=ids.shape[1],
-        group_size=k,
+class _Sampling(NamedTuple):
+    cfg: SamplingConfig
+    stop: Sequence[str]
+    greedy: bool
+    generator: torch.Generator | None
+    row_keys: Tensor | None
+
+
+def _decode(
+    logits, step, state: _Rows, columns: _Columns, host: EpisodeHost, tokenizer, how: _Sampling
+) -> float:
+    """Decode until every episode is over or the budget is spent; the seconds spent waiting on `host`."""
+    cfg, budget, env_wait = how.cfg, how.cfg.max_new_tokens, 0.0
+    noise = (
+        None if (how.row_keys is None or how.greedy) else StepNoise(how.row_keys, logits.shape[-1], budget)
     )
+    for t in range(budget):
+        if not any(state.active):
+            break
+        sampled, logp = sample_tokens(
+            logits, cfg.temperature, cfg.top_k, how.greedy, how.generator, None if noise is None else noise(t)
+        )
+        fed, policy_now, live_now = state.next_tokens(sampled.tolist(), tokenizer.pad_id)
+        ended = state.turns_ended(fed, policy_now, tokenizer, how.stop)
+        if ended:
+            waited = time.perf_counter()
+            replies = host.step({r: action for r, (action, _) in ended.items()})
+            env_wait += time.perf_counter() - waited
+            state.answer(ended, replies, tokenizer)
+        fed_t = columns.put(t, fed, policy_now, live_now, logp)
+        if t + 1 < budget and any(state.active):
+            logits = step(fed_t, t)
+    return env_wait
+
+
+def transcript_text(transcript: Sequence[str], stop: Sequence[str]) -> str:
+    """An episode after its prompt as the policy saw it: each action with the stop string that ended
+    it (the first of `stop`), then the environment's answer."""
+    end = stop[0] if stop else ""
+    return "".join(x + (end if i % 2 == 0 else "") for i, x in enumerate(transcript[1:]))

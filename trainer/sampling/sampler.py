@@ -25,10 +25,11 @@ from trainer.sampling.row_noise import StepNoise
 
 __all__ = [
     "Rollout",
+    "check_prompts",
     "completions_text",
     "decode_step",
     "generate",
-    "check_prompts",
+    "lay_out",
     "left_pad",
     "prefill",
     "release_static_cache",
@@ -162,7 +163,16 @@ def _assemble(
         tokens = tokens.masked_fill(after_eos, pad_id)
     else:
         completion_mask = torch.ones_like(tokens, dtype=torch.bool)
-    attn_mask = torch.cat([mask.repeat_interleave(k, dim=0), completion_mask], dim=1)
+    return lay_out(ids, mask, tokens, logps, completion_mask, completion_mask, k)
+
+
+def lay_out(
+    ids: Tensor, mask: Tensor, tokens: Tensor, logps: Tensor, completion_mask: Tensor, real: Tensor, k: int
+) -> Rollout:
+    """The Rollout of prompts ids/mask `[B, P]` (each repeated for its k rows) and the rows' tokens
+    `[N, L]`: `real` says which completion tokens are attended to, `completion_mask` which are the
+    policy's (their log-probs kept, the others' zeroed)."""
+    attn_mask = torch.cat([mask.repeat_interleave(k, dim=0), real], dim=1)
     return Rollout(
         input_ids=torch.cat([ids.repeat_interleave(k, dim=0), tokens], dim=1),
         attn_mask=attn_mask,
