@@ -76,6 +76,13 @@ def outcome_section(summary: Mapping[str, Any], metrics: Sequence[Mapping[str, A
         ("held-out exact match", f"{pct(start.get('exact_match'))} -> {pct(final.get('exact_match'))}"),
         ("held-out valid rate", f"{pct(start.get('valid_rate'))} -> {pct(final.get('valid_rate'))}"),
     ]  # fmt: skip
+    if "success_rate" in final:  # episodes with an environment
+        rows.append(
+            ("held-out success", f"{pct(start.get('success_rate'))} -> {pct(final.get('success_rate'))}")
+        )
+        rows.append(
+            ("turns per episode", f"{fmt(start.get('turns_mean'))} -> {fmt(final.get('turns_mean'))}")
+        )
     if summary.get("error"):
         rows.append(("error", f"<code>{esc(summary['error'])}</code>"))
     body = "".join(f'<tr><th>{esc(k)}</th><td data-field="{esc(k)}">{v}</td></tr>' for k, v in rows)
@@ -83,14 +90,23 @@ def outcome_section(summary: Mapping[str, Any], metrics: Sequence[Mapping[str, A
 
 
 def evaluations_section(evals: Sequence[Mapping[str, Any]]) -> str:
+    episodes = any("success_rate" in e for e in evals)  # an environment task: its episode figures too
     rows = (
         f'<tr data-step="{esc(e.get("step"))}">{_cell("step", esc(e.get("step")), True)}'
         f"{_cell('kind', esc(e.get('kind')))}{_cell('phase', esc(e.get('phase')))}"
         f"{_cell('reward_mean', fmt(e.get('reward_mean')), True)}{_cell('exact_match', pct(e.get('exact_match')), True)}"
-        f"{_cell('valid_rate', pct(e.get('valid_rate')), True)}{_cell('count', esc(e.get('count')), True)}</tr>"
+        f"{_cell('valid_rate', pct(e.get('valid_rate')), True)}{_cell('count', esc(e.get('count')), True)}"
+        + (
+            f"{_cell('success_rate', pct(e.get('success_rate')), True)}{_cell('turns_mean', fmt(e.get('turns_mean')), True)}"
+            f"{_cell('env_step_s', fmt(e.get('env_step_s'), 6), True)}{_cell('env_errors', esc(e.get('env_errors')), True)}"
+            if episodes else ""
+        )
+        + "</tr>"
         for e in evals
+    )  # fmt: skip
+    headers = ("step", "kind", "policy", "reward", "exact match", "valid", "positions") + (
+        ("success", "turns", "env s per call", "env errors") if episodes else ()
     )
-    headers = ("step", "kind", "policy", "reward", "exact match", "valid", "positions")
     return "<h2>Held-out evaluations</h2>" + _table(headers, rows, "evaluations")
 
 

@@ -58,6 +58,8 @@ def test_env_smoke_plays_episodes_and_records_them(env_run):
         assert m["turns_mean"] >= 1.0 and m["env_step_s"] > 0 and m["pool_workers_alive"] == 1.0
     summary = json.loads((env_run / "summary.json").read_text())
     assert summary["status"] == "succeeded" and "success_rate" in summary["final_eval"]
+    report = (env_run / "report.html").read_text()
+    assert 'data-field="held-out success"' in report and "<th>turns</th>" in report
 
 
 @pytest.mark.e2e
