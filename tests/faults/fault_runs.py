@@ -207,6 +207,33 @@ class EveryTick:
         raise NotImplementedError
 
 
+class RewardWorkerKiller(EveryTick):
+    """SIGKILLs one of a run's reward worker processes every `kill_every_s` (looking every 0.1 s),
+    in turn, choosing only processes that have been up for at least `min_uptime_s`."""
+
+    def __init__(self, run, kill_every_s: float, min_uptime_s: float):
+        super().__init__(0.1, name="reward-worker-killer")
+        self.run, self.kill_every_s, self.min_uptime_s = run, kill_every_s, min_uptime_s
+        self.kills: list[tuple[int, int]] = []  # (pid, last step printed)
+        self._last_kill, self._turn = 0.0, 0
+
+    def tick(self) -> None:
+        if time.monotonic() - self._last_kill < self.kill_every_s:
+            return
+        workers = sorted(self.run.ray_workers("RewardWorker"), key=lambda p: p.pid)
+        ready = [p.pid for p in workers if p.age_s() >= self.min_uptime_s]
+        if not ready:
+            return
+        victim = ready[self._turn % len(ready)]
+        self._turn += 1
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self._last_kill = time.monotonic()
+        self.kills.append((victim, self.run.last_step()))
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (VmRSS in /proc/<pid>/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

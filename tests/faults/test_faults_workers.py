@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from fault_runs import (
     FAULT_TOTAL_STEPS,
-    EveryTick,
+    RewardWorkerKiller,
     assert_same_weights,
     driver_run,
     fault_sets,
@@ -53,33 +52,6 @@ def test_a_killed_trainer_worker_is_restarted_from_the_latest_checkpoint(
     assert_same_weights(
         final_weights(run_dir, FAULT_TOTAL_STEPS), final_weights(reference_run.run_dir, FAULT_TOTAL_STEPS)
     )
-
-
-class RewardWorkerKiller(EveryTick):
-    """SIGKILLs one of a run's reward worker processes every `kill_every_s` (looking every 0.1 s),
-    in turn, choosing only processes that have been up for at least `min_uptime_s`."""
-
-    def __init__(self, run, kill_every_s: float, min_uptime_s: float):
-        super().__init__(0.1, name="reward-worker-killer")
-        self.run, self.kill_every_s, self.min_uptime_s = run, kill_every_s, min_uptime_s
-        self.kills: list[tuple[int, int]] = []  # (pid, last step printed)
-        self._last_kill, self._turn = 0.0, 0
-
-    def tick(self) -> None:
-        if time.monotonic() - self._last_kill < self.kill_every_s:
-            return
-        workers = sorted(self.run.ray_workers("RewardWorker"), key=lambda p: p.pid)
-        ready = [p.pid for p in workers if p.age_s() >= self.min_uptime_s]
-        if not ready:
-            return
-        victim = ready[self._turn % len(ready)]
-        self._turn += 1
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        self._last_kill = time.monotonic()
-        self.kills.append((victim, self.run.last_step()))
 
 
 def test_reward_workers_killed_repeatedly_change_no_reward(fault_root, train_file, reference_run):

@@ -55,3 +55,9 @@ class QuickChess(ChessPlay):
 
     engine = EngineConfig(nodes=64)
     moves = 2
+
+
+class UndeterministicGuess(GuessNumber):
+    """The guessing game, not declared deterministic: a lost episode cannot be replayed."""
+
+    deterministic = False
