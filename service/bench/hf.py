@@ -84,11 +84,14 @@ def bench_rates(
     plan: HFPlan, policies: tuple[str, ...] = ("builtin", "hf", STOCK_GELU), fixed_length: bool = False
 ) -> dict[str, list[float]]:
     """Completions/s of each timed GRPO step of each policy (steps alternate between them), and
-    under the key `<policy>/<phase>` the step's sampling and update seconds. fixed_length: every
+    under the key `<policy>/<phase>` the step's sampling and update seconds and its completion
+    tokens per second (`<policy>/tokens_per_s`). fixed_length: every
     completion decodes max_new_tokens (EOS ignored)."""
     pairs = generate_pairs(plan.prompts, seed=5, min_plies=1, max_plies=4)
     rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))
-    out: dict[str, list[float]] = {k: [] for p in policies for k in (p, f"{p}/sample_s", f"{p}/update_s")}
+    out: dict[str, list[float]] = {
+        k: [] for p in policies for k in (p, f"{p}/sample_s", f"{p}/update_s", f"{p}/tokens_per_s")
+    }
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as model_dir:
         trainers = {k: v for k, v in _trainers(plan, model_dir).items() if k in policies}
         for trainer in trainers.values():
@@ -98,6 +101,7 @@ def bench_rates(
                 m = trainer.grpo_step(pairs, rewards)
                 if i >= plan.warmup:
                     out[name].append(m["completions"] / m["step_time_s"])
+                    out[f"{name}/tokens_per_s"].append(float(m["tokens"]) / m["step_time_s"])
                     for phase in ("sample_s", "update_s"):
                         out[f"{name}/{phase}"].append(m[phase])
     return out
@@ -109,14 +113,13 @@ def bench_hf(plan: HFPlan) -> dict[str, Any]:
     rows = [
         [
             p,
-            *(median(rates[k]) for k in (p, f"{p}/sample_s", f"{p}/update_s")),
+            *(median(rates[k]) for k in (p, f"{p}/tokens_per_s", f"{p}/sample_s", f"{p}/update_s")),
             median(rates[p]) / median(rates["builtin"]),
         ]
         for p in ("builtin", "hf", STOCK_GELU)
     ]
-    add_table(
-        section, "GRPO step, medians", ["policy", "completions/s", "sample_s", "update_s", "vs builtin"], rows
-    )
+    columns = ["policy", "completions/s", "completion tokens/s", "sample_s", "update_s", "vs builtin"]
+    add_table(section, "GRPO step, medians", columns, rows)
     hf, builtin = median(rates["hf"]), median(rates["builtin"])
     set_headline(section, "hf_completions_per_s", hf)
     set_headline(section, "hf_vs_builtin", hf / builtin)
