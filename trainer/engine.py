@@ -41,7 +41,13 @@ from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
-from trainer.sampling.episodes import EpisodeHost, generate_episodes, transcript_text
+from trainer.sampling.episodes import (
+    EpisodeBatch,
+    EpisodeHost,
+    Episodes,
+    generate_episode_batches,
+    transcript_text,
+)
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sampling.row_noise import row_keys
@@ -204,17 +210,14 @@ class Trainer:
         size or the number of ranks (`trainer.sampling.row_noise`).
         """
         cfg = self.cfg.sampling
+        if self.episodes is not None:  # the episode's result is its reward: nothing to submit
+            return self._sample_episodes(pairs, first_index)
         rollouts, tickets = [], []
         for start in range(0, len(pairs), cfg.prompts_per_microbatch):
             chunk = pairs[start : start + cfg.prompts_per_microbatch]
             keys = row_keys(
                 self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
             )
-            if self.episodes is not None:  # the episode's result is its reward: nothing to submit
-                rollout, ticket, _ = self._episodes(chunk, cfg, keys)
-                rollouts.append(rollout)
-                tickets.append(ticket)
-                continue
             prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
             with self.precision.autocast(), torch_threads(self.sampling_threads):
                 rollout = generate(
@@ -226,23 +229,32 @@ class Trainer:
             rollouts.append(rollout)
         return rollouts, tickets
 
-    def _episodes(
-        self, pairs: Sequence[Any], cfg, keys: Tensor | None, greedy: bool = False
-    ) -> tuple[Rollout, Rewards, list[Any]]:
-        """Episodes of `pairs` (cfg.group_size each) as one micro-batch: the rollout, the rewards
-        and each episode's result."""
-        with self.precision.autocast(), torch_threads(self.sampling_threads):
-            out = generate_episodes(
-                self.policy,
-                self.episodes,
-                [p.prompt for p in pairs],
-                [getattr(p, "fields", None) or {} for p in pairs],
-                cfg,
-                self.stop,
-                greedy=greedy,
-                row_keys=keys,
+    def _sample_episodes(self, pairs: Sequence[Any], first_index: int) -> tuple[list[Rollout], list[Rewards]]:
+        """`sample` for an environment task: each micro-batch's episodes and their rewards (the
+        micro-batches decode two at a time where the host answers asynchronously)."""
+        cfg, ppm = self.cfg.sampling, self.cfg.sampling.prompts_per_microbatch
+        chunks = [pairs[start : start + ppm] for start in range(0, len(pairs), ppm)]
+        keys = [
+            row_keys(
+                self.cfg.seed, self.grpo_steps, first_index + n * ppm, len(c), cfg.group_size, self.device
             )
-        return out.rollout, episode_rewards(out.results, out.env_wait_s), out.results
+            for n, c in enumerate(chunks)
+        ]
+        outs = self._episodes(chunks, cfg, keys)
+        return [o.rollout for o in outs], [episode_rewards(o.results, o.env_wait_s) for o in outs]
+
+    def _episodes(
+        self, chunks: Sequence[Sequence[Any]], cfg, keys: Sequence[Tensor | None], greedy: bool = False
+    ) -> list[Episodes]:
+        """The episodes of each chunk of pairs (cfg.group_size each), one micro-batch per chunk."""
+        batches = [
+            EpisodeBatch([p.prompt for p in chunk], [getattr(p, "fields", None) or {} for p in chunk], k)
+            for chunk, k in zip(chunks, keys, strict=True)
+        ]
+        with self.precision.autocast(), torch_threads(self.sampling_threads):
+            return generate_episode_batches(
+                self.policy, self.episodes, batches, cfg, self.stop, greedy=greedy
+            )
 
     def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
         """Time a short greedy decode of `prompt` under each thread count, and sample with the
@@ -429,12 +441,10 @@ class Trainer:
         """One greedy episode per pair: the usual summary (each sample's completion is its whole
         transcript after the prompt) plus success_rate, turns_mean, env_step_s and env_errors."""
         cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
-        parts, transcripts = [], []
-        for chunk in _chunks(pairs, EVAL_PROMPTS_PER_BATCH):
-            _, rewards, results = self._episodes(chunk, cfg, None, greedy=True)
-            parts.append(rewards)
-            transcripts.extend(transcript_text(r.transcript, self.stop) for r in results)
-        scored = Rewards.concat(parts)
+        chunks = _chunks(pairs, EVAL_PROMPTS_PER_BATCH)
+        outs = self._episodes(chunks, cfg, [None] * len(chunks), greedy=True)
+        transcripts = [transcript_text(r.transcript, self.stop) for o in outs for r in o.results]
+        scored = Rewards.concat([episode_rewards(o.results, o.env_wait_s) for o in outs])
         summary = summarise_eval(
             [p.prompt for p in pairs], [None] * len(pairs), transcripts, scored.values,
             scored.statuses, n_samples, scored.usable,

@@ -57,6 +57,18 @@ class PoolEpisodes:
     def step(self, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
         return self._calls(STEP, actions)
 
+    def submit(self, actions: Mapping[int, str]) -> Any:
+        """`step` without waiting: the calls go out; `collect` their answers later."""
+        return self._send(STEP, actions), dict(actions)
+
+    def collect(self, handle: Any) -> dict[int, tuple[str, bool]]:
+        (order, ticket), actions = handle
+        return self._receive(STEP, actions, order, ticket)
+
+    def fresh(self) -> PoolEpisodes:
+        """Another host on the same pool, for a micro-batch decoded beside this one's."""
+        return PoolEpisodes(self._pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
+
     def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
         still_held = {i: "" for i in sorted(self._open)}
         if still_held:  # episodes the sampler ended (budget, EOS) or refused: the workers let them go
@@ -69,12 +81,23 @@ class PoolEpisodes:
     def _calls(self, kind: str, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
         """One call of each episode in `actions` (its action), sent to its worker; returns each
         one's (observation, over) and keeps its record."""
+        return self._receive(kind, actions, *self._send(kind, actions))
+
+    def _send(self, kind: str, actions: Mapping[int, str]) -> tuple[list[int], Any]:
         pool = self._pool_of()
         order = sorted(actions, key=lambda i: (i % pool.cfg.num_workers, i))  # one run of calls per worker
         items = [call_item(kind, self._keys[i], self._rows[i], self._records[i]) for i in order]
         workers = [i % pool.cfg.num_workers for i in order]
-        ticket = pool.submit([actions[i] for i in order], [None] * len(order), fields=items, workers=workers)
-        results = pool.collect_results([ticket], enforce_error_rate=False)  # the trainer counts them
+        return order, pool.submit(
+            [actions[i] for i in order], [None] * len(order), fields=items, workers=workers
+        )
+
+    def _receive(
+        self, kind: str, actions: Mapping[int, str], order: list[int], ticket: Any
+    ) -> dict[int, tuple[str, bool]]:
+        results = self._pool_of().collect_results(
+            [ticket], enforce_error_rate=False
+        )  # the trainer counts them
         replies: dict[int, tuple[str, bool]] = {}
         for i, result in zip(order, results, strict=True):
             if kind == CLOSE:

@@ -9,6 +9,9 @@ same episodes: each sample's noise is keyed by its step), alternating in rounds:
   after another or up to 16 at once (`concurrent_steps`);
 - hosting: in the trainer process (`local`) and on a pool of 2 reward workers (`pool`), each
   episode's calls going to its worker.
+A step's prompts are two micro-batches: on the pool they decode interleaved, one decoding while
+the other's environments answer (`trainer.sampling.episodes.generate_episode_batches`); in process
+the answers come at once and the micro-batches decode one after the other.
 Per row: seconds per step, the part spent sampling, the time sampling waited on the environments
 (`env_wait_s`) and its share of the step, episodes and policy tokens per second, turns per episode.
 """
@@ -74,7 +77,12 @@ def _config(plan: EnvPlan) -> TrainerConfig:
     return TrainerConfig.model_validate(
         {
             "model": {"size": "tiny", "block_size": 64},
-            "sampling": {"group_size": plan.group_size, "max_new_tokens": 48, "prompts_per_microbatch": 16},
+            # two micro-batches: on the pool one decodes while the other's environments answer
+            "sampling": {
+                "group_size": plan.group_size,
+                "max_new_tokens": 48,
+                "prompts_per_microbatch": max(1, plan.prompts // 2),
+            },
             "grpo": {"prompts_per_step": plan.prompts, "beta": 0.04},
             "sft": {"steps": plan.sft_steps, "batch_size": 64, "lr": 0.002, "warmup_steps": 20},
             "optim": {"lr": 1e-4},
@@ -164,8 +172,9 @@ def bench_env(plan: EnvPlan) -> dict[str, Any]:
         rows,
     )  # fmt: skip
     section["notes"].append(
-        "the sampler waits for each decoding step's answers before it decodes on; a worker steps its "
-        "episodes one after another unless the environment allows more at once (concurrent_steps)"
+        "a micro-batch waits for each decoding step's answers before it decodes on (on the pool the other "
+        "micro-batch decodes meanwhile); a worker steps its episodes one after another unless the "
+        "environment allows more at once (concurrent_steps)"
     )
     key = ("guess + 20 ms tool, 16 at once", "pool")
     if key in shares:

@@ -48,6 +48,10 @@ class EpisodeHost(Protocol):
         `.env_s`, `.success`, `.transcript`); cut: sample -> (status, reason) the sampler ended it with."""
         ...
 
+    # A host whose answers come from elsewhere (the reward pool) may also have `submit(actions) ->
+    # handle` and `collect(handle) -> answers` (`step` without waiting), and `fresh() -> host` (another
+    # host on the same resources): micro-batches then decode interleaved (`generate_episode_batches`).
+
 
 class Episodes(NamedTuple):
     rollout: Rollout
@@ -144,6 +148,15 @@ class _Columns:
         )
 
 
+class EpisodeBatch(NamedTuple):
+    """One micro-batch of episodes: its prompts, the rows handed to the environment, and each
+    sample's noise key (`trainer.sampling.row_noise`; None: the generator, or greedy)."""
+
+    prompts: Sequence[str]
+    rows: Sequence[Any]
+    row_keys: Tensor | None = None
+
+
 def generate_episodes(
     policy: Policy,
     host: EpisodeHost,
@@ -157,25 +170,42 @@ def generate_episodes(
     row_keys: Tensor | None = None,
 ) -> Episodes:
     """cfg.group_size episodes of each (prompt, row), decoded with `policy` against `host`."""
-    tokenizer, k = policy.tokenizer, cfg.group_size
-    prompt_ids = [tokenizer.encode_prompt(p) for p in prompts]
-    check_prompts(policy, prompt_ids, cfg)
-    waited = time.perf_counter()
-    state = _Rows(host.start(rows, prompts, k))
-    env_wait = time.perf_counter() - waited
-    ids, mask = left_pad(prompt_ids, tokenizer.pad_id, next(policy.module.parameters()).device)
-    columns = _Columns(ids.shape[0] * k, cfg.max_new_tokens, tokenizer.pad_id, ids.device)
-    sampling = _Sampling(cfg, stop, greedy, generator, row_keys)
-    with torch.no_grad(), eval_mode(policy.module):
-        logits, step = prefill(policy, ids, mask, cfg, ids.shape[1] + cfg.max_new_tokens)
-        env_wait += _decode(logits, step, state, columns, host, tokenizer, sampling)
-    for r, running in enumerate(state.active):
-        if running:
-            state.cut[r] = ("max_tokens", None)
-    waited = time.perf_counter()
-    results = host.finish(state.cut)
-    env_wait += time.perf_counter() - waited
-    return Episodes(columns.rollout(ids, mask, k), results, env_wait)
+    batch = EpisodeBatch(prompts, rows, row_keys)
+    return generate_episode_batches(policy, host, [batch], cfg, stop, greedy=greedy, generator=generator)[0]
+
+
+def generate_episode_batches(
+    policy: Policy,
+    host: EpisodeHost,
+    batches: Sequence[EpisodeBatch],
+    cfg: SamplingConfig,
+    stop: Sequence[str],
+    *,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    together: int = 2,
+) -> list[Episodes]:
+    """Each micro-batch's episodes. Up to `together` micro-batches decode interleaved when the host
+    answers asynchronously (`submit`/`collect`: episodes on the reward pool): while one waits for
+    its environments' answers, the next decodes. Each row's tokens are those it would get alone
+    (its noise is its own), so the interleaving changes timings only. A compiled decode step keeps
+    one static cache, so it decodes one micro-batch at a time."""
+    width = together if (hasattr(host, "submit") and hasattr(host, "fresh") and not cfg.compile) else 1
+    how = _Sampling(cfg, stop, greedy, generator)
+    out: list[Episodes] = []
+    with torch.no_grad(), eval_mode(policy.module):  # around every lane: their decoders interleave
+        for first in range(0, len(batches), width):
+            window = batches[first : first + width]
+            hosts = [host, *(host.fresh() for _ in window[1:])]
+            lanes = [_Lane(policy, h, b, how) for h, b in zip(hosts, window, strict=True)]
+            for lane in lanes:  # each decodes up to its first turn's end; its calls go out
+                lane.run(None)
+            while not all(lane.done for lane in lanes):
+                for lane in lanes:
+                    if not lane.done:
+                        lane.run(lane.answers())
+            out += [lane.close() for lane in lanes]
+    return out
 
 
 class _Sampling(NamedTuple):
@@ -183,34 +213,74 @@ class _Sampling(NamedTuple):
     stop: Sequence[str]
     greedy: bool
     generator: torch.Generator | None
-    row_keys: Tensor | None
 
 
-def _decode(
-    logits, step, state: _Rows, columns: _Columns, host: EpisodeHost, tokenizer, how: _Sampling
-) -> float:
-    """Decode until every episode is over or the budget is spent; the seconds spent waiting on `host`."""
-    cfg, budget, env_wait = how.cfg, how.cfg.max_new_tokens, 0.0
-    noise = (
-        None if (how.row_keys is None or how.greedy) else StepNoise(how.row_keys, logits.shape[-1], budget)
-    )
+class _Lane:
+    """One micro-batch's episodes being decoded: a decoder that stops where rows await answers."""
+
+    def __init__(self, policy: Policy, host: EpisodeHost, batch: EpisodeBatch, how: _Sampling):
+        tokenizer, cfg, k = policy.tokenizer, how.cfg, how.cfg.group_size
+        prompt_ids = [tokenizer.encode_prompt(p) for p in batch.prompts]
+        check_prompts(policy, prompt_ids, cfg)
+        self.host, self.k, self.wait, self.done, self.handle = host, k, 0.0, False, None
+        began = time.perf_counter()
+        self.state = _Rows(host.start(batch.rows, batch.prompts, k))
+        self.wait += time.perf_counter() - began
+        self.ids, self.mask = left_pad(prompt_ids, tokenizer.pad_id, next(policy.module.parameters()).device)
+        self.columns = _Columns(self.ids.shape[0] * k, cfg.max_new_tokens, tokenizer.pad_id, self.ids.device)
+        logits, step = prefill(policy, self.ids, self.mask, cfg, self.ids.shape[1] + cfg.max_new_tokens)
+        self.decoder = _decoding(logits, step, self.state, self.columns, tokenizer, how, batch.row_keys)
+
+    def run(self, replies: Mapping[int, tuple[str, bool]] | None) -> None:
+        """Decode (given the answers awaited) until rows await answers again, and ask for them."""
+        try:
+            actions = self.decoder.send(replies)
+        except StopIteration:
+            self.done = True
+            return
+        began = time.perf_counter()
+        submit = getattr(self.host, "submit", None)
+        self.handle = submit(actions) if submit is not None else self.host.step(actions)
+        self.wait += time.perf_counter() - began
+
+    def answers(self) -> Mapping[int, tuple[str, bool]]:
+        began = time.perf_counter()
+        collect = getattr(self.host, "collect", None)
+        replies = collect(self.handle) if collect is not None else self.handle
+        self.wait += time.perf_counter() - began
+        return replies
+
+    def close(self) -> Episodes:
+        for r, running in enumerate(self.state.active):
+            if running:
+                self.state.cut[r] = ("max_tokens", None)
+        began = time.perf_counter()
+        results = self.host.finish(self.state.cut)
+        self.wait += time.perf_counter() - began
+        return Episodes(self.columns.rollout(self.ids, self.mask, self.k), results, self.wait)
+
+
+def _decoding(
+    logits, step, state: _Rows, columns: _Columns, tokenizer, how: _Sampling, row_keys: Tensor | None
+):
+    """Decode until every episode is over or the budget is spent; at each step where rows ended a
+    turn, yields their actions (row -> text) and is sent their answers (row -> (text, over))."""
+    cfg, budget = how.cfg, how.cfg.max_new_tokens
+    noise = None if (row_keys is None or how.greedy) else StepNoise(row_keys, logits.shape[-1], budget)
     for t in range(budget):
         if not any(state.active):
-            break
+            return
         sampled, logp = sample_tokens(
             logits, cfg.temperature, cfg.top_k, how.greedy, how.generator, None if noise is None else noise(t)
         )
         fed, policy_now, live_now = state.next_tokens(sampled.tolist(), tokenizer.pad_id)
         ended = state.turns_ended(fed, policy_now, tokenizer, how.stop)
         if ended:
-            waited = time.perf_counter()
-            replies = host.step({r: action for r, (action, _) in ended.items()})
-            env_wait += time.perf_counter() - waited
+            replies = yield {r: action for r, (action, _) in ended.items()}
             state.answer(ended, replies, tokenizer)
         fed_t = columns.put(t, fed, policy_now, live_now, logp)
         if t + 1 < budget and any(state.active):
             logits = step(fed_t, t)
-    return env_wait
 
 
 def transcript_text(transcript: Sequence[str], stop: Sequence[str]) -> str:

@@ -99,3 +99,45 @@ def test_a_step_past_the_deadline_ends_its_episode_as_timeout_and_the_others_go_
         assert results[2].status == "timeout" and not results[2].usable
         assert [r.status for i, r in enumerate(results) if i != 2] == ["ok"] * 5
         assert host.failure_reasons and "chunk_timeout_s=2" in host.failure_reasons[0]
+
+
+def test_micro_batches_decoded_interleaved_give_what_they_give_one_at_a_time():
+    """While one micro-batch waits for its answers from the pool the next decodes: the same tokens
+    and the same episodes as decoding them one after another."""
+    import torch
+
+    from trainer.config import BuiltinModelConfig, SamplingConfig
+    from trainer.policy.builtin import BuiltinPolicy
+    from trainer.policy.char_tokenizer import CharTokenizer
+    from trainer.policy.gpt import GPT
+    from trainer.sampling.episodes import EpisodeBatch, generate_episode_batches
+    from trainer.sampling.row_noise import row_keys
+
+    tok = CharTokenizer("abcdefghnorstu 0123456789")
+    torch.manual_seed(0)
+    policy = BuiltinPolicy(GPT(BuiltinModelConfig(size="tiny", block_size=96), tok.vocab_size), tok)
+    cfg = SamplingConfig(group_size=2, max_new_tokens=48, temperature=1.0)
+    batches = [
+        EpisodeBatch(
+            [f"start {r['turns']}" for r in rows], rows, row_keys(0, 0, 3 * b, 3, 2, torch.device("cpu"))
+        )
+        for b, rows in enumerate([ROWS, ROWS[::-1], ROWS])
+    ]
+    with _pool("pool_envs:Counting") as pool:
+        runs = {
+            together: generate_episode_batches(
+                policy,
+                PoolEpisodes(lambda: pool, max_turns=8),
+                batches,
+                cfg,
+                ["a", "b", "c"],
+                together=together,
+            )
+            for together in (1, 2)
+        }
+    for alone, beside in zip(runs[1], runs[2], strict=True):
+        assert torch.equal(alone.rollout.input_ids, beside.rollout.input_ids)
+        assert _summary(alone.results) == _summary(beside.results)
+    assert sum(r.turns for o in runs[2] for r in o.results) > len(ROWS) * 2 * 3, (
+        "no episode went on: nothing shown"
+    )

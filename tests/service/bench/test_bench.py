@@ -65,6 +65,7 @@ HEADLINE_KEYS = {
     "tokens_vs_peer",
     "tokens_vs_peer_default",
     "hf_tokens_vs_peer",
+    "env_wait_fraction",
 }
 
 
@@ -292,3 +293,17 @@ def test_the_cost_curve_runs_at_toy_sizes_and_draws_its_figure(ray_cluster, tmp_
     assert 0 < result["headline"]["cost_exponent_tokens"] < 3
     _, md_path = write_results(result, tmp_path)
     assert f"]({FIGURE})" in md_path.read_text() and (tmp_path / FIGURE).stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_the_env_section_runs_at_toy_sizes(ray_cluster):
+    from service.bench.episodes import EnvPlan, bench_env
+
+    section = bench_env(EnvPlan(sft_steps=2, steps=1, warmup=0, rounds=1, prompts=4, group_size=2))
+    assert section["status"] == "ok" and section["headline"]["env_wait_fraction"] > 0
+    rows = section["tables"][0]["rows"]
+    assert {(r[0], r[1]) for r in rows} == {
+        (e, h)
+        for e in ("guess", "guess + 20 ms tool", "guess + 20 ms tool, 16 at once")
+        for h in ("local", "pool")
+    }
