@@ -89,19 +89,22 @@ def metrics_cluster(monkeypatch):
 
 
 def _publish_run_records(run_id: str):
-    """The run's exporter (its control actor), fed an SFT step, GRPO steps (one skipped) and an eval."""
+    """The run's exporter (its control actor), fed an SFT step, GRPO steps (one skipped) and an eval,
+    with the episode figures an environment task's records carry."""
     import ray
 
     from actors.run.control import EVAL, STEP, start_run_control
 
     control = start_run_control(run_id)
     grpo = {"loss": -0.1, "reward_mean": 0.4, "kl": 0.01, "entropy": 1.2, "step_time_s": 1.0,
-            "completions_per_s": 64.0, "sample_s": 0.4, "reward_wait_s": 0.01, "ref_s": 0.2, "update_s": 0.3}  # fmt: skip
+            "completions_per_s": 64.0, "sample_s": 0.4, "reward_wait_s": 0.01, "ref_s": 0.2, "update_s": 0.3,
+            "turns_mean": 3.5, "env_errors": 0.0, "env_step_s": 0.001}  # fmt: skip
     control.publish.remote(STEP, {"step": 1, "phase": "sft", "loss": 2.0, "step_time_s": 0.3, "skipped": 0.0})
     control.publish.remote(STEP, {"step": 2, "phase": "grpo", "skipped": 0.0, **grpo})
     control.publish.remote(STEP, {"step": 3, "phase": "grpo", "skipped": 1.0, **grpo})
     control.publish.remote(
-        EVAL, {"step": 3, "phase": "grpo", "exact_match": 0.2, "valid_rate": 0.6, "reward_mean": 0.5}
+        EVAL, {"step": 3, "phase": "grpo", "exact_match": 0.2, "valid_rate": 0.6, "reward_mean": 0.5,
+               "success_rate": 0.8, "turns_mean": 3.4}  # fmt: skip
     )
     ray.get(control.unwritten.remote())
     return control
