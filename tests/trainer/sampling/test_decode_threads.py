@@ -75,6 +75,8 @@ def test_a_wide_model_is_not_decoded_on_few_threads_just_to_time_it(monkeypatch)
 
 
 def test_a_small_model_under_the_passive_policy_takes_one_thread(monkeypatch):
-    calls = _fake_decode(monkeypatch, {4: 0.08, 2: 0.04, 1: 0.02})  # waking threads costs more
+    # waking threads costs more; 2 threads 1.5x one (well inside decode_threads.SLOW = 2, which a
+    # busy machine's noise pushed 0.04 against 0.02 past), 40 ms apart so noise cannot reorder them
+    calls = _fake_decode(monkeypatch, {4: 0.2, 2: 0.12, 1: 0.08})
     got = time_decode_threads(None, [1], SamplingConfig(max_new_tokens=4), [1, 2, 4])
     assert calls[:4] == [4, 4, 2, 1] and got.threads == 1 and set(got.ms_per_token) == {2, 1}
