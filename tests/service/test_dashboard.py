@@ -103,8 +103,16 @@ def _publish_run_records(run_id: str):
     control.publish.remote(STEP, {"step": 2, "phase": "grpo", "skipped": 0.0, **grpo})
     control.publish.remote(STEP, {"step": 3, "phase": "grpo", "skipped": 1.0, **grpo})
     control.publish.remote(
-        EVAL, {"step": 3, "phase": "grpo", "exact_match": 0.2, "valid_rate": 0.6, "reward_mean": 0.5,
-               "success_rate": 0.8, "turns_mean": 3.4}  # fmt: skip
+        EVAL,
+        {
+            "step": 3,
+            "phase": "grpo",
+            "exact_match": 0.2,
+            "valid_rate": 0.6,
+            "reward_mean": 0.5,
+            "success_rate": 0.8,
+            "turns_mean": 3.4,
+        },  # fmt: skip
     )
     ray.get(control.unwritten.remote())
     return control
