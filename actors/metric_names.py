@@ -209,6 +209,21 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 
 
+# Keys only an environment task's records carry (episodes); other runs export none of them.
+EPISODE_KEYS = frozenset(
+    {"turns_mean", "success_rate", "env_errors", "env_step_s", "env_wait_s", "env_replayed_turns"}
+)
+
+
+def episode_series() -> set[str]:
+    """The Prometheus names of the series only an environment task's run exports."""
+    return {
+        prometheus_name(m.series)
+        for m in (*STEP_METRICS, *EVAL_METRICS)
+        if m.series and m.key in EPISODE_KEYS
+    }
+
+
 def prometheus_name(series: str, kind: str = "gauge") -> str:
     """The name Prometheus shows: Ray's prefix, and `_total` on counters."""
     return PROMETHEUS_PREFIX + series + ("_total" if kind == "counter" else "")

@@ -47,6 +47,7 @@ CONFIG = {
     "sft": {"steps": 1, "batch_size": SFT_PAIRS, "lr": SFT_LR, "warmup_steps": 0},
     "grpo": {"steps": 1, "prompts_per_step": GRPO_PROMPTS, "beta": 0.04},
     "optim": {"lr": GRPO_LR, "warmup_steps": 0, "grad_clip": None},
+    "precision": {"dtype": "fp32"},  # compared within 1e-5: fp32 whatever the CPU (auto is bf16 with AMX)
 }
 
 

@@ -31,7 +31,10 @@ SAMPLES = 16  # every held-out prompt of the smoke preset is recorded with its c
 
 def _train(run_dir: Path, *sets: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # fp32 whatever the CPU (auto is bf16 with AMX): the export, run by transformers in fp32, must
+    # complete as the run's own evaluation did
     args = ["--preset", "hf-smoke", "--run-dir", str(run_dir), "--set", f"run.eval_samples={SAMPLES}"]
+    args += ["--set", "precision.dtype=fp32"]
     return subprocess.run(
         [sys.executable, "-m", "service.train", *args, *(a for s in sets for a in ("--set", s))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
