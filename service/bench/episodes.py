@@ -44,7 +44,6 @@ ENVS = {
     "guess + 20 ms tool": "service.bench.episodes:SlowGuess",
     "guess + 20 ms tool, 16 at once": "service.bench.episodes:ConcurrentSlowGuess",
 }
-HOSTINGS = ("local", "pool")
 
 
 class SlowGuess(GuessNumber):
