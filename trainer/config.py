@@ -426,8 +426,8 @@ class PrecisionConfig(Frozen):
 
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
-        description="auto: bf16 where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
-        "with AVX512-BF16 or AMX), else fp32; the choice is recorded in the run's runtime.json",
+        description="auto: bf16 where the hardware computes it faster (a CUDA GPU with bf16; a CPU with "
+        "AMX tiles and a model at least 256 wide), else fp32; the choice is recorded in the run's runtime.json",
     )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 

@@ -96,7 +96,7 @@ class Trainer:
         self.episodes = episodes
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
-        self.precision = Precision(cfg.precision, self.device)
+        self.precision = Precision(cfg.precision, self.device, self.policy.width)
         self.model: nn.Module = self.policy.module.to(self.device)
         wrapped: nn.Module = self.model
         if self.world > 1:

@@ -1,10 +1,13 @@
 """Numerics of the forward and backward passes: autocast, the fp16 GradScaler, TF32.
 
 - auto: bf16 where the device computes it faster, else fp32 (`resolve_dtype`): on CUDA a GPU
-  with bf16 support; on CPU only AMX-BF16's matrix tiles. Without AMX, bf16 matmuls are emulated
-  (AVX2) or run on AVX512-BF16 dot products, which measured no faster than fp32 on a GRPO step of
-  the demo model on a 2-core AMD EPYC with AVX512-BF16 (10.7k vs 10.9k tokens/s, the decode step
-  1.5x slower), so those CPUs compute in fp32.
+  with bf16 support; on CPU only AMX-BF16's matrix tiles, and only for a model at least
+  `AMX_MIN_WIDTH` wide. Without AMX, bf16 matmuls are emulated (AVX2) or run on AVX512-BF16 dot
+  products, which measured no faster than fp32 on a GRPO step of the demo model on a 2-core AMD
+  EPYC with AVX512-BF16 (10.7k vs 10.9k tokens/s, the decode step 1.5x slower), so those CPUs
+  compute in fp32. With AMX, autocast's casts of activations cost O(rows x width) against the
+  matmuls' O(rows x width^2): on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x
+  fp32's speed in bf16, of a 256-wide one 1.34x, 384 1.52x, 512 1.93x.
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
@@ -26,6 +29,7 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 FAST_BF16_CPU_FLAGS = ("amx_bf16",)  # matrix tiles; avx512_bf16 alone measured no faster than fp32
+AMX_MIN_WIDTH = 256  # hidden width from which bf16 on AMX beats fp32 (module docstring)
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,8 +44,9 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def resolve_dtype(dtype: str, device: torch.device | str) -> tuple[str, str]:
-    """(the dtype a run computes in, why): `auto` made concrete for `device`; others unchanged."""
+def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = None) -> tuple[str, str]:
+    """(the dtype a run computes in, why): `auto` made concrete for `device` and a model `width`
+    wide (its hidden size; None: not known, as if wide enough); other dtypes unchanged."""
     device = torch.device(device)
     if dtype != "auto":
         return dtype, "set in the config"
@@ -51,7 +56,10 @@ def resolve_dtype(dtype: str, device: torch.device | str) -> tuple[str, str]:
         return "fp32", "auto: the GPU has no bf16 support"
     flags = cpu_flags()
     if fast := sorted(set(FAST_BF16_CPU_FLAGS) & flags):
-        return "bf16", f"auto: the CPU has bf16 matrix tiles ({', '.join(fast)})"
+        tiles = f"the CPU has bf16 matrix tiles ({', '.join(fast)})"
+        if width is not None and width < AMX_MIN_WIDTH:
+            return "fp32", f"auto: {tiles}, but the model is {width} wide (< {AMX_MIN_WIDTH}: bf16 is slower there)"
+        return "bf16", f"auto: {tiles}"
     if "avx512_bf16" in flags:
         return "fp32", "auto: the CPU has avx512_bf16 but no amx_bf16 (bf16 measured no faster there)"
     return "fp32", "auto: the CPU has no native bf16 (no amx_bf16 / avx512_bf16)"
@@ -71,12 +79,13 @@ def configure_tf32(cfg: PrecisionConfig, device: torch.device) -> None:
 class Precision:
     """The autocast context, loss scaling and unscaling for one `PrecisionConfig` on one device."""
 
-    def __init__(self, cfg: PrecisionConfig, device: torch.device | str) -> None:
+    def __init__(self, cfg: PrecisionConfig, device: torch.device | str, width: int | None = None) -> None:
+        """width: the model's hidden size, which `auto` weighs on a CPU with AMX (`resolve_dtype`)."""
         self.cfg = cfg
         self.device = torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"precision: device type must be 'cpu' or 'cuda', got {self.device.type!r}")
-        self.dtype, self.reason = resolve_dtype(cfg.dtype, self.device)
+        self.dtype, self.reason = resolve_dtype(cfg.dtype, self.device, width)
         if self.dtype == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ValueError(
                 "precision.dtype=bf16 needs a GPU with bfloat16 support (compute capability >= 8.0)"

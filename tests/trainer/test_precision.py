@@ -73,6 +73,10 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
     assert precision.resolve_dtype("auto", "cpu")[0] == "bf16"
     assert Precision(PrecisionConfig(), "cpu").autocast_dtype == torch.bfloat16
+    assert precision.resolve_dtype("auto", "cpu", width=precision.AMX_MIN_WIDTH)[0] == "bf16"
+    dtype, reason = precision.resolve_dtype("auto", "cpu", width=128)  # casts cost more than the tiles save
+    assert dtype == "fp32" and "128 wide" in reason
+    assert Precision(PrecisionConfig(), "cpu", width=128).autocast_dtype is None
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
     dtype, reason = precision.resolve_dtype("auto", "cpu")
     assert dtype == "fp32" and "no amx_bf16" in reason  # AVX512-BF16 alone: no faster than fp32
@@ -82,3 +86,13 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     assert Precision(PrecisionConfig(), "cpu").autocast_dtype is None
     assert precision.resolve_dtype("bf16", "cpu") == ("bf16", "set in the config")
     assert PrecisionConfig().dtype == "auto"
+
+
+def test_auto_weighs_the_policys_width_on_amx(monkeypatch):
+    from trainer import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    narrow = Trainer(TrainerConfig.model_validate({"model": {"size": "tiny"}}), TOK)
+    wide = {"size": "custom", "n_layer": 1, "n_head": 4, "n_embd": precision.AMX_MIN_WIDTH}
+    assert (narrow.policy.width, narrow.precision.dtype) == (128, "fp32")
+    assert Trainer(TrainerConfig.model_validate({"model": wide}), TOK).precision.dtype == "bf16"

@@ -88,6 +88,11 @@ class Policy(Protocol):
         """Longest sequence (prompt + completion) the model can take."""
         ...
 
+    @property
+    def width(self) -> int:
+        """Hidden size: what `precision.dtype: auto` weighs on a CPU with AMX."""
+        ...
+
     def decoder(self, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int) -> tuple[Tensor, Step]:
         """First logits `[B*K, V]` of left-padded prompts ids/mask `[B, P]`, and the cached step."""
         ...

@@ -41,6 +41,10 @@ class BuiltinPolicy:
     def max_positions(self) -> int:
         return self.module.config.block_size
 
+    @property
+    def width(self) -> int:
+        return self.module.config.n_embd
+
     def decoder(self, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int) -> tuple[Tensor, Step]:
         make = cached_decoder if cfg.use_kv_cache else full_decoder
         return make(self.module, ids, mask, cfg, max_len)

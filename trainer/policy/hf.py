@@ -166,6 +166,10 @@ class HFPolicy:
         return int(self.base_model.get_output_embeddings().weight.shape[0])
 
     @property
+    def width(self) -> int:
+        return int(self.base_model.config.hidden_size)
+
+    @property
     def max_positions(self) -> int:
         config = self.base_model.config
         n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)

@@ -73,6 +73,13 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
         assert rows[1][2]["sampling_threads"] == "rule" and rows[1][2]["env"] == rows[0][2]["env"]
     assert any("no native bf16" in n for n in notes)
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
+    # the demo's model is narrower than AMX_MIN_WIDTH: bf16 is measured last and not shipped
+    rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)
+    assert "bf16" not in default and any("128 wide" in n for n in notes)
+    assert rows[-2][0].endswith("not shipped") and rows[-2][1]["model.compile"] is True
+    assert rows[-1][0].startswith("+ bf16 autocast, not shipped") and rows[-1][1]["precision.dtype"] == "bf16"
+    assert "bf16" not in str(grpo_rows.shipped_rows("cpu", threads=1, unshipped=False)[0])
+    monkeypatch.setattr(precision, "AMX_MIN_WIDTH", 64)  # a model wide enough: bf16 is shipped
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)
     by_name = {r[0]: r for r in rows}
     bf16 = next(n for n in by_name if "bf16 autocast" in n)

@@ -90,6 +90,7 @@ def test_tokenizer_prompt_pair_and_decode(policy):
     assert ids[: len(tok.encode_prompt("d4"))] == tok.encode_prompt("d4")
     assert ids[-1] == tok.eos_id and sum(mask) == 4 and tok.pad_id != tok.eos_id
     assert tok.decode(ids[len(tok.encode_prompt("d4")) :]) == "rnb"
+    assert policy.width == policy.base_model.get_input_embeddings().weight.shape[1]  # hidden size
 
 
 def test_chat_template_renders_system_and_user(tmp_path):
