@@ -7,7 +7,7 @@
   EPYC with AVX512-BF16 (10.7k vs 10.9k tokens/s, the decode step 1.5x slower), so those CPUs
   compute in fp32. With AMX, autocast's casts of activations cost O(rows x width) against the
   matmuls' O(rows x width^2): on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x
-  fp32's speed in bf16, of a 256-wide one 1.34x, 384 1.52x, 512 1.93x.
+  fp32's speed in bf16, of a 256-wide one 1.34x, 384 1.53x, 512 1.93x.
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).

@@ -102,7 +102,8 @@ def test_summary_says_outcome_gain_and_where_the_records_are():
     ]
 
 
-def test_live_console_draws_one_bar_and_writes_evaluations_above_it():
+def test_live_console_draws_one_bar_and_writes_evaluations_above_it(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")  # the bar's width when the output is not a terminal
     out = io.StringIO()
     console = LiveConsole(out, Verbosity.NORMAL)
     for step in range(1, 4):
