@@ -58,7 +58,10 @@ def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = No
     if fast := sorted(set(FAST_BF16_CPU_FLAGS) & flags):
         tiles = f"the CPU has bf16 matrix tiles ({', '.join(fast)})"
         if width is not None and width < AMX_MIN_WIDTH:
-            return "fp32", f"auto: {tiles}, but the model is {width} wide (< {AMX_MIN_WIDTH}: bf16 is slower there)"
+            return (
+                "fp32",
+                f"auto: {tiles}, but the model is {width} wide (< {AMX_MIN_WIDTH}: bf16 is slower there)",
+            )
         return "bf16", f"auto: {tiles}"
     if "avx512_bf16" in flags:
         return "fp32", "auto: the CPU has avx512_bf16 but no amx_bf16 (bf16 measured no faster there)"

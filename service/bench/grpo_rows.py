@@ -113,5 +113,11 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
         rows.append(("+ CUDA graphs of the decode step", dict(updates), dict(options)))
     if unshipped and ship["precision"] == "fp32" and resolve_dtype("auto", device)[0] == "bf16":
         # bf16 hardware that auto leaves off for this model: measured, so the reason can be read
-        rows.append(("+ bf16 autocast, not shipped (the model is too narrow)", {**updates, "precision.dtype": "bf16"}, dict(options)))
+        rows.append(
+            (
+                "+ bf16 autocast, not shipped (the model is too narrow)",
+                {**updates, "precision.dtype": "bf16"},
+                dict(options),
+            )
+        )
     return rows, notes, default
