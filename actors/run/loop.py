@@ -164,7 +164,8 @@ class WorkerLoop:
             )
             if step == 0 and self.schedule.eval_due(0):  # GRPO from scratch: evaluate step 0 first
                 self.evaluate(0, "start")
-            data = StepData(self.schedule, self._source(), self.rank, self.world)
+            source, grpo_source = self._sources()
+            data = StepData(self.schedule, source, self.rank, self.world, grpo_source=grpo_source)
             try:
                 while step < self.schedule.total:
                     step += 1
@@ -261,9 +262,10 @@ class WorkerLoop:
         if self.rank == 0:
             self.context.say(line)
 
-    def _source(self):
+    def _sources(self):
+        """The streams of SFT and of GRPO steps (`StepData`)."""
         pairs = None if self.spec.train_pairs is None else ray.get(self.spec.train_pairs)
-        return self.spec.task.train_stream(pairs)
+        return self.spec.task.train_stream(pairs), self.spec.task.grpo_stream(pairs)
 
     def _publish(self, kind: str, record: dict[str, Any]) -> None:
         if self.rank == 0:

@@ -47,16 +47,29 @@ class StepPairs(Sequence):
 
 
 class StepData:
-    """Each step's pairs for one rank, the next step's share generated in the background."""
+    """Each step's pairs for one rank, the next step's share generated in the background.
 
-    def __init__(self, schedule: Schedule, source: Callable[[int], Pair], rank: int, world: int):
+    SFT steps draw from `source`, GRPO steps (and dynamic sampling's extra prompts) from
+    `grpo_source` (default: `source`): the same prompts and fields at every index, without what only
+    SFT reads (`service.tasks.base.Task.grpo_stream`)."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        source: Callable[[int], Pair],
+        rank: int,
+        world: int,
+        grpo_source: Callable[[int], Pair] | None = None,
+    ):
         self._schedule, self._source, self._rank, self._world = schedule, source, rank, world
+        self._grpo_source = grpo_source or source
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-data")
         self._next: tuple[int, Future[StepPairs]] | None = None
 
     def _build(self, step: int) -> StepPairs:
-        _, first, count = self._schedule.step_window(step)
-        return StepPairs(first, count, self._source).fill(self._rank, self._world)
+        phase, first, count = self._schedule.step_window(step)
+        source = self._source if phase == "sft" else self._grpo_source
+        return StepPairs(first, count, source).fill(self._rank, self._world)
 
     def pairs(self, step: int) -> StepPairs:
         """The pairs of `step` (this rank's share already generated); starts on step + 1."""
@@ -74,7 +87,7 @@ class StepData:
         resumed run draws the same ones."""
         _, _, count = self._schedule.step_window(step)
         first = REFILL_BASE + (step * MAX_REFILL_ROUNDS + attempt) * count
-        return StepPairs(first, count, self._source).fill(self._rank, self._world)
+        return StepPairs(first, count, self._grpo_source).fill(self._rank, self._world)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

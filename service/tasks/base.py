@@ -62,6 +62,12 @@ class Task(ABC):
     @abstractmethod
     def train_stream(self, file_pairs: Sequence[Pair] | None) -> Callable[[int], Pair]: ...
 
+    def grpo_stream(self, file_pairs: Sequence[Pair] | None) -> Callable[[int], Pair]:
+        """The stream GRPO steps draw from: the training stream, unless a task's pairs carry what
+        only the SFT warm start reads and is costly to make (an environment's demonstration); such a
+        task gives the same prompts and fields without it."""
+        return self.train_stream(file_pairs)
+
     @abstractmethod
     def scorer(self) -> Scorer:
         """The scorer the reward pool runs for this task (user rewards included)."""

@@ -118,15 +118,25 @@ class EnvTask(Task):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "train_rows": None}  # the workers get file rows from the object store
 
+    def _started(self, row: Mapping[str, Any], env_cls: type[Environment]) -> tuple[Episode, str]:
+        episode = Episode(env_cls, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
+        prompt = episode.start()
+        if prompt is None:
+            raise ValueError(f"task.env {self.env!r}: row {dict(row)!r:.80} cannot start: {episode.reason}")
+        return episode, prompt
+
+    def prompt_pair(self, row: Mapping[str, Any], env_cls: type[Environment] | None = None) -> EpisodePair:
+        """The row's first observation, without a demonstration (what a GRPO step reads)."""
+        episode, prompt = self._started(row, env_cls or load_environment(self.env))
+        episode.end("ok")
+        return EpisodePair(prompt, None, dict(row))
+
     def pair(
         self, row: Mapping[str, Any], index: int, env_cls: type[Environment] | None = None
     ) -> EpisodePair:
         """The row's first observation and its demonstration, played through the environment."""
         env_cls = env_cls or load_environment(self.env)
-        episode = Episode(env_cls, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
-        prompt = episode.start()
-        if prompt is None:
-            raise ValueError(f"task.env {self.env!r}: row {dict(row)!r:.80} cannot start: {episode.reason}")
+        episode, prompt = self._started(row, env_cls)
         actions = env_cls.demonstration(row, random.Random(f"demo:{self.seed}:{index}"))
         if actions is None:
             episode.end("ok")
@@ -198,6 +208,14 @@ class EnvTask(Task):
             return file_stream(file_pairs, self.seed)
         env_cls = load_environment(self.env)
         return lambda i: self.pair(_generated(env_cls, i, self.seed), i, env_cls)
+
+    def grpo_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:
+        """The training stream's rows without their demonstrations (GRPO reads the prompt and the
+        row; a demonstration can cost an engine's search per move)."""
+        if file_pairs is not None:
+            return file_stream(file_pairs, self.seed)
+        env_cls = load_environment(self.env)
+        return lambda i: self.prompt_pair(_generated(env_cls, i, self.seed), env_cls)
 
     def scorer(self) -> EpisodeCalls | None:
         """What the reward workers run: episode calls (task.hosting=pool); None when the episodes

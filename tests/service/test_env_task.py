@@ -54,6 +54,26 @@ def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through(
     assert set(task.alphabet) >= set("0123456789\nhigherlower")
 
 
+def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(monkeypatch):
+    from rewards.env.guess import GuessNumber
+
+    task = build_task(load_config("env-smoke"))
+    train, grpo = task.train_stream(None), task.grpo_stream(None)
+    played = []
+    demonstration = GuessNumber.demonstration.__func__
+    monkeypatch.setattr(
+        GuessNumber,
+        "demonstration",
+        classmethod(lambda cls, row, rng: played.append(row) or demonstration(cls, row, rng)),
+    )
+    for i in (0, 5, 1 << 40):  # dynamic sampling's refills come from far along the stream
+        pair = grpo(i)
+        assert played == [] and pair.target is None and pair.turns is None
+        full = train(i)
+        assert (pair.prompt, pair.fields) == (full.prompt, full.fields) and full.turns
+        played.clear()
+
+
 def test_check_reward_tries_the_environment(capsys):
     assert check_main(["--preset", "env-smoke", "--n", "6"]) == 0
     out = capsys.readouterr().out

@@ -52,6 +52,20 @@ def test_step_data_gives_the_same_pairs_as_pair_at_with_prefetch():
         data.close()
 
 
+def test_sft_steps_draw_from_the_training_stream_and_grpo_steps_from_the_grpo_stream():
+    schedule = Schedule.of(_cfg(sft=2, grpo=3, batch=3, prompts=2))
+    data = StepData(
+        schedule, lambda i: Pair(str(i), "sft"), rank=0, world=1, grpo_source=lambda i: Pair(str(i), None)
+    )
+    try:
+        assert [p.target for p in data.pairs(2)] == ["sft"] * 3
+        grpo = data.pairs(3)  # prepared in the background while step 2 trained
+        assert [p.prompt for p in grpo] == ["6", "7"] and {p.target for p in grpo} == {None}
+        assert {p.target for p in data.refill(4, 0)} == {None}
+    finally:
+        data.close()
+
+
 def test_metric_names_are_listed_once_and_prefixed():
     assert len(METRIC_NAMES) == len(set(METRIC_NAMES))
     assert all(name.startswith("grpo_") for name in METRIC_NAMES)
