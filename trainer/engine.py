@@ -27,7 +27,7 @@ from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.data.pairs import repeat_fields
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
-from trainer.evaluation import greedy_summary, sampled_summary, summarise_eval
+from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
 from trainer.grpo.episode_rewards import episode_figures, episode_rewards
 from trainer.grpo.reward_source import Rewards, RewardSource
@@ -46,7 +46,6 @@ from trainer.sampling.episodes import (
     EpisodeHost,
     Episodes,
     generate_episode_batches,
-    transcript_text,
 )
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
@@ -56,18 +55,12 @@ from trainer.sampling.stop import apply_stop_strings
 from trainer.sft import build_sft_batch, sft_loss_sum
 from trainer.threads import torch_threads
 
-EVAL_PROMPTS_PER_BATCH = 64
-
 
 def _resolve_device(device: torch.device | str) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class Trainer:
@@ -240,13 +233,14 @@ class Trainer:
             )
             for n, c in enumerate(chunks)
         ]
-        outs = self._episodes(chunks, cfg, keys)
+        outs = self.play_episodes(chunks, cfg, keys)
         return [o.rollout for o in outs], [episode_rewards(o.results, o.env_wait_s) for o in outs]
 
-    def _episodes(
+    def play_episodes(
         self, chunks: Sequence[Sequence[Any]], cfg, keys: Sequence[Tensor | None], greedy: bool = False
     ) -> list[Episodes]:
-        """The episodes of each chunk of pairs (cfg.group_size each), one micro-batch per chunk."""
+        """The episodes of each chunk of pairs (cfg.group_size each), one micro-batch per chunk;
+        keys: each chunk's row noise (None: greedy)."""
         batches = [
             EpisodeBatch([p.prompt for p in chunk], [getattr(p, "fields", None) or {} for p in chunk], k)
             for chunk, k in zip(chunks, keys, strict=True)
@@ -427,50 +421,9 @@ class Trainer:
         sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
         key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
         Runs on this rank alone. With episodes (an environment task) every pair is one greedy
-        episode, its result the reward (`score_fn` unused; see `_evaluate_episodes`).
+        episode, its result the reward (`score_fn` unused; see `trainer.eval_decoding`).
         """
-        if self.episodes is not None:
-            return self._evaluate_episodes(pairs, n_samples)
-        completions = self._complete(pairs, 1, greedy=True)
-        summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by)
-        if sample_k:
-            summary.update(self._sampled_eval(pairs, score_fn, sample_k))
-        return summary
-
-    def _evaluate_episodes(self, pairs: Sequence[Any], n_samples: int) -> dict[str, Any]:
-        """One greedy episode per pair: the usual summary (each sample's completion is its whole
-        transcript after the prompt) plus success_rate, turns_mean, env_step_s and env_errors."""
-        cfg = self.cfg.sampling.model_copy(update={"group_size": 1})
-        chunks = _chunks(pairs, EVAL_PROMPTS_PER_BATCH)
-        outs = self._episodes(chunks, cfg, [None] * len(chunks), greedy=True)
-        transcripts = [transcript_text(r.transcript, self.stop) for o in outs for r in o.results]
-        scored = Rewards.concat([episode_rewards(o.results, o.env_wait_s) for o in outs])
-        summary = summarise_eval(
-            [p.prompt for p in pairs], [None] * len(pairs), transcripts, scored.values,
-            scored.statuses, n_samples, scored.usable,
-        )  # fmt: skip
-        summary.update(episode_figures(scored.stats))
-        return summary
-
-    def _complete(
-        self, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None
-    ) -> list[str]:
-        """k completions of each pair (rows pair after pair), decoded for the scorer."""
-        cfg = self.cfg.sampling.model_copy(update={"group_size": k})
-        completions: list[str] = []
-        for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
-            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
-            with self.precision.autocast(), torch_threads(self.sampling_threads):
-                rollout = generate(self.policy, prompts, cfg, generator=generator, greedy=greedy)
-            completions.extend(self.completions(rollout)[1])
-        return completions
-
-    def _sampled_eval(self, pairs: Sequence[Any], score_fn, k: int) -> dict[str, Any]:
-        """pass@1, pass@k and mean@k of k completions per pair at the training temperature."""
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(derived_seed(self.cfg.seed, -2, self.sft_steps, self.grpo_steps))
-        completions = self._complete(pairs, k, greedy=False, generator=generator)
-        return sampled_summary(pairs, completions, score_fn, k, self.cfg.grpo.eval_pass_reward)
+        return evaluate_pairs(self, pairs, score_fn, n_samples, metrics_fn, sample_k, group_by)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

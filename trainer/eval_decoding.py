@@ -1,0 +1,86 @@
+"""What a held-out evaluation decodes, on one rank: greedy completions (and, for pass@k, k sampled
+ones per pair) scored by the task's scorer, or one greedy episode per pair for an environment task.
+
+`Trainer.evaluate` is the entry point; `trainer.evaluation` turns what is decoded here into figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.evaluation import greedy_summary, sampled_summary, summarise_eval
+from trainer.grpo.episode_rewards import episode_figures, episode_rewards
+from trainer.grpo.reward_source import Rewards
+from trainer.rng import derived_seed
+from trainer.sampling.episodes import transcript_text
+from trainer.sampling.sampler import generate
+from trainer.threads import torch_threads
+
+if TYPE_CHECKING:
+    from trainer.engine import Trainer
+
+EVAL_PROMPTS_PER_BATCH = 64
+
+
+def evaluate_pairs(
+    trainer: Trainer,
+    pairs: Sequence[Any],
+    score_fn,
+    n_samples: int = 0,
+    metrics_fn=None,
+    sample_k: int = 0,
+    group_by: tuple[str, Callable[[str], str]] | None = None,
+) -> dict[str, Any]:
+    """`Trainer.evaluate` (its docstring says what each argument does)."""
+    if trainer.episodes is not None:
+        return _evaluate_episodes(trainer, pairs, n_samples)
+    completions = _complete(trainer, pairs, 1, greedy=True)
+    summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by)
+    if sample_k:
+        summary.update(_sampled_eval(trainer, pairs, score_fn, sample_k))
+    return summary
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -> dict[str, Any]:
+    """One greedy episode per pair: the usual summary (each sample's completion is its whole
+    transcript after the prompt) plus success_rate, turns_mean, env_step_s and env_errors."""
+    cfg = trainer.cfg.sampling.model_copy(update={"group_size": 1})
+    chunks = _chunks(pairs, EVAL_PROMPTS_PER_BATCH)
+    outs = trainer.play_episodes(chunks, cfg, [None] * len(chunks), greedy=True)
+    transcripts = [transcript_text(r.transcript, trainer.stop) for o in outs for r in o.results]
+    scored = Rewards.concat([episode_rewards(o.results, o.env_wait_s) for o in outs])
+    summary = summarise_eval(
+        [p.prompt for p in pairs], [None] * len(pairs), transcripts, scored.values,
+        scored.statuses, n_samples, scored.usable,
+    )  # fmt: skip
+    summary.update(episode_figures(scored.stats))
+    return summary
+
+
+def _complete(
+    trainer: Trainer, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None
+) -> list[str]:
+    """k completions of each pair (rows pair after pair), decoded for the scorer."""
+    cfg = trainer.cfg.sampling.model_copy(update={"group_size": k})
+    completions: list[str] = []
+    for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
+        prompts = [trainer.tokenizer.encode_prompt(p.prompt) for p in chunk]
+        with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
+            rollout = generate(trainer.policy, prompts, cfg, generator=generator, greedy=greedy)
+        completions.extend(trainer.completions(rollout)[1])
+    return completions
+
+
+def _sampled_eval(trainer: Trainer, pairs: Sequence[Any], score_fn, k: int) -> dict[str, Any]:
+    """pass@1, pass@k and mean@k of k completions per pair at the training temperature."""
+    generator = torch.Generator(device=trainer.device)
+    generator.manual_seed(derived_seed(trainer.cfg.seed, -2, trainer.sft_steps, trainer.grpo_steps))
+    completions = _complete(trainer, pairs, k, greedy=False, generator=generator)
+    return sampled_summary(pairs, completions, score_fn, k, trainer.cfg.grpo.eval_pass_reward)
