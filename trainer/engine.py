@@ -403,27 +403,7 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(
-        self,
-        pairs: Sequence[Any],
-        score_fn,
-        n_samples: int = 0,
-        metrics_fn=None,
-        sample_k: int = 0,
-        group_by: tuple[str, Callable[[str], str]] | None = None,
-    ) -> dict[str, Any]:
-        """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
-
-        Returns exact_match (over pairs with a target), valid_rate (share of status 'ok'; None when
-        the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
-        the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
-        and mean_at_k of sample_k completions per pair sampled at the training temperature (a
-        sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
-        key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
-        Runs on this rank alone. With episodes (an environment task) every pair is one greedy
-        episode, its result the reward (`score_fn` unused; see `trainer.eval_decoding`).
-        """
-        return evaluate_pairs(self, pairs, score_fn, n_samples, metrics_fn, sample_k, group_by)
+    evaluate = evaluate_pairs  # held-out pairs decoded and scored on this rank (trainer.eval_decoding)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What a held-out evaluation decodes, on one rank: greedy completions (and, for pass@k, k sampled
 ones per pair) scored by the task's scorer, or one greedy episode per pair for an environment task.
 
-`Trainer.evaluate` is the entry point; `trainer.evaluation` turns what is decoded here into figures.
+`Trainer.evaluate` is `evaluate_pairs`; `trainer.evaluation` turns what is decoded here into figures.
 """
 
 from __future__ import annotations
@@ -34,7 +34,17 @@ def evaluate_pairs(
     sample_k: int = 0,
     group_by: tuple[str, Callable[[str], str]] | None = None,
 ) -> dict[str, Any]:
-    """`Trainer.evaluate` (its docstring says what each argument does)."""
+    """Greedy completions of `pairs`, scored by `score_fn(completions, targets[, fields])`.
+
+    Returns exact_match (over pairs with a target), valid_rate (share of status 'ok'; None when
+    the scorer gives no statuses), reward_mean, count and `n_samples` example dicts, plus what
+    the task's `metrics_fn(scorer output)` adds. With sample_k > 0 also k, pass_at_1, pass_at_k
+    and mean_at_k of sample_k completions per pair sampled at the training temperature (a
+    sample passes when its reward is at least grpo.eval_pass_reward). group_by (name, prompt ->
+    key) adds `by_<name>`: the same figures for each key (the FEN task: game length in plies).
+    Runs on this rank alone. With episodes (an environment task) every pair is one greedy
+    episode, its result the reward (`score_fn` unused).
+    """
     if trainer.episodes is not None:
         return _evaluate_episodes(trainer, pairs, n_samples)
     completions = _complete(trainer, pairs, 1, greedy=True)
