@@ -187,7 +187,8 @@ class Dispatcher:
 
     def _dispatch_locked(self, now: float) -> None:
         while self._queue:
-            slot = self._preferred_locked(self._queue[0].prefer) or self._least_loaded_locked()
+            head = self._queue[0]
+            slot = self._preferred_locked(head) or self._least_loaded_locked(head)
             if slot is None:
                 return
             chunk = self._queue.popleft()
@@ -198,22 +199,15 @@ class Dispatcher:
             if chunk.ticket.first_dispatch_at is None:
                 chunk.ticket.first_dispatch_at = now
 
-    def _takes_calls_locked(self, slot: WorkerSlot) -> bool:
-        return (
-            slot.state is WorkerState.HEALTHY
-            and not slot.recycling
-            and len(slot.calls) < self._cfg.max_in_flight_per_worker
-        )
-
-    def _preferred_locked(self, index: int | None) -> WorkerSlot | None:
-        """The chunk's own worker (episodes whose state it holds) when it takes calls now."""
-        if index is None:
+    def _preferred_locked(self, chunk: Chunk) -> WorkerSlot | None:
+        """The chunk's own worker (episodes whose state it holds) when it takes the call now."""
+        if chunk.prefer is None:
             return None
-        slot = self.slots[index % len(self.slots)]
-        return slot if self._takes_calls_locked(slot) else None
+        slot = self.slots[chunk.prefer % len(self.slots)]
+        return slot if slot.takes(chunk, self._cfg.max_in_flight_per_worker) else None
 
-    def _least_loaded_locked(self) -> WorkerSlot | None:
-        free = [s for s in self.slots if self._takes_calls_locked(s)]
+    def _least_loaded_locked(self, chunk: Chunk) -> WorkerSlot | None:
+        free = [s for s in self.slots if s.takes(chunk, self._cfg.max_in_flight_per_worker)]
         return min(free, key=lambda s: (s.items_in_flight, len(s.calls), s.index), default=None)
 
     # ---- results and faults -----------------------------------------------------------------

@@ -50,6 +50,17 @@ class WorkerSlot:
     def items_in_flight(self) -> int:
         return sum(len(c.chunk) for c in self.calls)
 
+    def takes(self, chunk: Chunk, max_in_flight: int) -> bool:
+        """Whether `chunk` may be sent now: a healthy worker with room, where a suspect chunk (one
+        that a worker died under) runs alone. When a worker dies with several calls queued, which
+        one it died under is a guess (the reply of a call it had finished can die with it), and a
+        suspect's next death is blamed on its items: alone, that blame is certain."""
+        if self.state is not WorkerState.HEALTHY or self.recycling:
+            return False
+        if chunk.suspect or any(call.chunk.suspect for call in self.calls):
+            return not self.calls
+        return len(self.calls) < max_in_flight
+
     def head_deadline(self, timeout_s: float) -> float | None:
         """When the running call passes its deadline; None when idle."""
         if not self.calls or self.calls[0].started_at is None:
