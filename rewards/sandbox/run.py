@@ -70,6 +70,41 @@ def _status_text(fd: int) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def _input_fds(
+    files: dict[str, str] | None, program: str | None, stdin: str, opened: list[int]
+) -> tuple[dict[str, int], int | None, int]:
+    """Memory files of the work files, the program and stdin (DEVNULL without one); every fd
+    opened is appended to `opened` as it opens, so a failure half-way closes what was made."""
+
+    def memfd(name: str, text: str) -> int:
+        opened.append(cmd.memfd(name, text.encode()))
+        return opened[-1]
+
+    file_fds = {name: memfd("file", text) for name, text in (files or {}).items()}
+    program_fd = memfd("program", program) if program is not None else None
+    stdin_fd = memfd("stdin", stdin) if stdin else subprocess.DEVNULL
+    return file_fds, program_fd, stdin_fd
+
+
+def _wait_for(
+    proc: subprocess.Popen, cgroups: ExecutionCgroups, started: float, limits: SandboxLimits
+) -> tuple[bytes, bytes, str | None, int]:
+    """The program's output and exit status; killed (all its cgroup) at the deadline or past the
+    output cap, which is then the reason returned."""
+    out, err, why = _pump(proc, started + limits.wall_s, limits.output_bytes)
+    if why is not None:
+        cgroups.kill()
+        proc.kill()
+    try:
+        rc = proc.wait(timeout=max(0.05, started + limits.wall_s - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        why = TIMEOUT
+        cgroups.kill()
+        proc.kill()
+        rc = proc.wait()
+    return out, err, why, rc
+
+
 def _execute(
     command: list[str],
     *,
@@ -90,17 +125,9 @@ def _execute(
     proc: subprocess.Popen | None = None
     try:
         cgroups = ExecutionCgroups(processes=limits.processes, memory_mb=limits.memory_mb)
-        file_fds = {name: cmd.memfd("file", text.encode()) for name, text in (files or {}).items()}
-        fds += file_fds.values()
-        program_fd = cmd.memfd("program", program.encode()) if program is not None else None
-        if program_fd is not None:
-            fds.append(program_fd)
-        stdin_fd = cmd.memfd("stdin", stdin.encode()) if stdin else subprocess.DEVNULL
-        if stdin:
-            fds.append(stdin_fd)
+        file_fds, program_fd, stdin_fd = _input_fds(files, program, stdin, fds)
         status_r, status_w = os.pipe()
         fds += [status_r, status_w]
-        address_space = cgroups.address_space_mb(limits.memory_mb)
         argv = cmd.bwrap_argv(
             cmd.tool("bwrap"),
             command,
@@ -109,7 +136,7 @@ def _execute(
             status_fd=status_w,
             files=file_fds,
             program_fd=program_fd,
-            address_space_mb=address_space,
+            address_space_mb=cgroups.address_space_mb(limits.memory_mb),
         )
         proc = subprocess.Popen(
             cmd.launcher_argv(cgroups.procs_files, argv),
@@ -120,23 +147,11 @@ def _execute(
             close_fds=True,
             pass_fds=[status_w, *file_fds.values(), *([program_fd] if program_fd is not None else [])],
         )
-        for fd in [fd for fd in fds if fd != status_r]:
+        for fd in [fd for fd in fds if fd != status_r]:  # the child holds its own copies now
             os.close(fd)
         fds = [status_r]
-        out, err, why = _pump(proc, started + limits.wall_s, limits.output_bytes)
-        if why is not None:
-            cgroups.kill()
-            proc.kill()
-        try:
-            rc = proc.wait(timeout=max(0.05, started + limits.wall_s - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            why = TIMEOUT
-            cgroups.kill()
-            proc.kill()
-            rc = proc.wait()
-        status = _status_text(status_r)
-        oom = cgroups.oom_kills()
-        stderr = err.decode("utf-8", "replace")
+        out, err, why, rc = _wait_for(proc, cgroups, started, limits)
+        status, oom, stderr = _status_text(status_r), cgroups.oom_kills(), err.decode("utf-8", "replace")
         code, exit_code, detail = classify(rc, why, '"child-pid"' in status, oom, stderr, limits)
         if not cgroups.close():
             code, detail = SANDBOX_ERROR, "a process of the execution could not be removed from its cgroup"
@@ -147,15 +162,20 @@ def _execute(
     except OSError as exc:
         return error_result(started, f"{type(exc).__name__}: {exc}")
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr) if proc is not None else ():
-            stream.close()
-        for fd in fds:
-            os.close(fd)
-        if cgroups is not None:
-            cgroups.close()
+        _release(proc, fds, cgroups)
+
+
+def _release(proc: subprocess.Popen | None, fds: list[int], cgroups: ExecutionCgroups | None) -> None:
+    """Whatever an execution still holds when it ends, however it ends."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr) if proc is not None else ():
+        stream.close()
+    for fd in fds:
+        os.close(fd)
+    if cgroups is not None:
+        cgroups.close()
 
 
 def _warm(request: dict, files: dict[str, str] | None, limits: SandboxLimits, python: str) -> SandboxResult:

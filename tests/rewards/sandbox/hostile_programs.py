@@ -15,6 +15,9 @@ from rewards.sandbox import SandboxLimits
 MARKER = f"sbxmark{uuid.uuid4().hex[:10]}"
 SECRET = f"fake-ray-token-{uuid.uuid4().hex}"
 SHORT = SandboxLimits(wall_s=1.0, cpu_s=1.0)
+# The memory limit must be what ends a memory bomb, however loaded the machine: on 2 busy cores
+# filling 512 MB a megabyte at a time once took longer than the default 5 s of wall clock.
+PATIENT = SandboxLimits(wall_s=30.0)
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -75,7 +78,7 @@ CORPUS = [
         None,
         None,
     ),
-    ("memory_bomb", "x = []\nwhile True: x.append(bytearray(1 << 20))", {"memory"}, None, None),
+    ("memory_bomb", "x = []\nwhile True: x.append(bytearray(1 << 20))", {"memory"}, PATIENT, None),
     ("one_huge_allocation", "b = bytearray(1 << 34)", {"memory"}, None, None),
     ("infinite_loop", "while True: pass", {"timeout"}, SHORT, None),
     ("sleep_forever", "import time; time.sleep(10**6)", {"timeout"}, SHORT, None),
