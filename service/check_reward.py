@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         return 2
     if task.episodic:
-        return _check_environment(task, pairs, args.n)
+        return _check_environment(task, args.n)
     trial = run_trial(
         task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2
     )
@@ -122,10 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _check_environment(task, pairs: Sequence, n: int) -> int:
-    """An environment task: the environment tried on n rows, each played twice with its
+def _check_environment(task, n: int) -> int:
+    """An environment task: the environment tried on n training rows, each played twice with its
     demonstration (`service.tasks.env.EnvTask.environment_trial`)."""
-    trial = task.environment_trial(pairs, n)
+    trial = task.environment_trial(n)
     statuses = ", ".join(f"{status} {count}" for status, count in trial.statuses.most_common())
     kind = (
         "deterministic" if task.deterministic else "not declared deterministic (episodes cannot be replayed)"

@@ -109,8 +109,8 @@ def check_run(
 ) -> PoolConfig:
     """Relations, then the rewards on the run's data; the pool config to run with (chunks fitted)."""
     check_relations(cfg, driver=driver)
-    if task.episodic:  # an environment task: its environment is tried instead
-        problem = task.environment_problem(list(train_pairs or eval_set))
+    if task.episodic:  # an environment task: its environment is tried instead, on its training rows
+        problem = task.environment_problem()
         if problem:
             raise PreflightError(f"task.env: {problem}")
         return cfg.pool

@@ -56,6 +56,8 @@ class EnvTask(Task):
     chars: str
     held_out: list[EpisodePair] = field(default_factory=list, compare=False, repr=False)
     train_rows: list[EpisodePair] | None = field(default=None, compare=False, repr=False)  # driver only
+    # The first training rows with their demonstrations (checked for fit, tried before a run); driver only
+    train_sample: list[EpisodePair] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> EnvTask:
@@ -86,7 +88,9 @@ class EnvTask(Task):
             held_rows = [
                 _generated(env_cls, EVAL_ROWS_BASE + i, cfg.data.eval_seed) for i in range(cfg.data.eval_size)
             ]
-        held = [task.pair(row, i, env_cls) for i, row in enumerate(held_rows)]
+        held = [
+            task.prompt_pair(row, env_cls) for row in held_rows
+        ]  # evaluation plays them; no demonstration
         train = None if rows is None else [task.pair(row, i, env_cls) for i, row in enumerate(rows)]
         sample = (
             train[:64]
@@ -102,7 +106,9 @@ class EnvTask(Task):
         chars = set(env_cls.alphabet) | {c for s in task.stops for c in s}
         for p in (*held, *sample):
             chars.update(p.prompt + (p.target or ""))
-        task = dataclasses.replace(task, chars="".join(sorted(chars)), held_out=held, train_rows=train)
+        task = dataclasses.replace(
+            task, chars="".join(sorted(chars)), held_out=held, train_rows=train, train_sample=sample
+        )
         check_records(
             "task", ((f"row {i}", p.prompt, p.target) for i, p in enumerate(sample)), limits, None, train=True
         )
@@ -116,7 +122,8 @@ class EnvTask(Task):
         return task
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "train_rows": None}  # the workers get file rows from the object store
+        # the workers get file rows from the object store, and try nothing
+        return {**self.__dict__, "train_rows": None, "train_sample": []}
 
     def _started(self, row: Mapping[str, Any], env_cls: type[Environment]) -> tuple[Episode, str]:
         episode = Episode(env_cls, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
@@ -185,15 +192,20 @@ class EnvTask(Task):
             step_timeout_s=self.step_timeout_s,
         )
 
-    def environment_trial(self, pairs: Sequence[Any], n: int = ENV_TRIAL_ROWS) -> EnvTrial:
-        """The environment tried on the first n rows, each played twice with its demonstration
-        (or one empty action where it has none): time per call, failures, determinism."""
-        plays = [(p.fields, _actions(p, self.stops)) for p in pairs[:n]]
+    def environment_trial(self, n: int = ENV_TRIAL_ROWS) -> EnvTrial:
+        """The environment tried on the first n training rows (the file's, or the generated
+        stream's), each played twice with its demonstration (or one empty action where it has
+        none): time per call, failures, determinism. Held-out rows carry no demonstration."""
+        pairs = self.train_sample[:n]
+        if len(pairs) < n:
+            stream = self.train_stream(self.train_rows)
+            pairs = [*pairs, *(stream(i) for i in range(len(pairs), n))]
+        plays = [(p.fields, _actions(p, self.stops)) for p in pairs]
         return try_environment(load_environment(self.env), plays, self.max_turns, self.step_timeout_s)
 
-    def environment_problem(self, pairs: Sequence[Any]) -> str | None:
+    def environment_problem(self) -> str | None:
         """One line saying why a run should not start with this environment; None when it may."""
-        return env_problem(self.environment_trial(pairs))
+        return env_problem(self.environment_trial())
 
     def eval_pairs(self) -> list[EpisodePair]:
         return self.held_out

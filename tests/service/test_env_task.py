@@ -32,7 +32,7 @@ def _refused(capsys, tmp_path, *sets: str) -> str:
         ([f"task.env={CASES}:NoDemonstration"], "sft.steps: 6, but task.env"),
         (
             [f"task.env={CASES}:StepRaises"],
-            "the demonstration of row {'secret': 12} ended env_error: step raised",
+            "the demonstration of row {'secret': 10} ended env_error: step raised",  # a training row
         ),
         ([f"task.env={CASES}:LiesAboutDeterminism"], "task.env: declared deterministic, but row"),
         (["task.stop=[]"], "task.stop"),
@@ -51,7 +51,26 @@ def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through(
     assert task.train_stream(None)(0) == pair  # a pure function of the index
     held = task.eval_pairs()
     assert len(held) == 8 and all(p.prompt == "guess 1-16\n" for p in held)
+    assert all(p.target is None and p.turns is None for p in held)  # evaluation plays them itself
     assert set(task.alphabet) >= set("0123456789\nhigherlower")
+
+
+def test_only_training_rows_play_their_demonstrations_and_the_trial_reuses_them(monkeypatch):
+    from rewards.env.guess import GuessNumber
+
+    played = []
+    demonstration = GuessNumber.demonstration.__func__
+    monkeypatch.setattr(
+        GuessNumber,
+        "demonstration",
+        classmethod(lambda cls, row, rng: played.append(dict(row)) or demonstration(cls, row, rng)),
+    )
+    task = build_task(load_config("env-smoke"))
+    first = [task.train_stream(None)(i).fields for i in range(64)]
+    assert played[:64] == first and len(played) == 128  # the sample built, then the stream here
+    played.clear()
+    assert task.environment_problem() is None and played == []  # tried on the sample's rows
+    assert task.environment_trial(70).episodes == 2 * 70 and len(played) == 6  # past it: the stream
 
 
 def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(monkeypatch):
@@ -80,7 +99,8 @@ def test_check_reward_tries_the_environment(capsys):
     assert "environment:  guess (task env), deterministic" in out
     assert "6 rows, each played twice" in out and "statuses:     ok 12" in out
     assert "determinism:  0 of 6 rows" in out and "a run would accept this environment" in out
-    assert check_main(["--preset", "env-smoke", "--set", f"task.env={CASES}:LiesAboutDeterminism"]) == 2
+    lies = f"task.env={CASES}:LiesAboutDeterminism"
+    assert check_main(["--preset", "env-smoke", "--set", lies, "--n", "8"]) == 2
     out = capsys.readouterr().out
-    assert "determinism:  8 of 8 rows played differently" in out  # the 8 held-out rows: no file
+    assert "determinism:  8 of 8 rows played differently" in out  # the first 8 training rows
     assert "verdict:      refused: declared deterministic, but row" in out
