@@ -96,7 +96,10 @@ def test_move_smoke_runs_end_to_end_with_the_move_figures(tmp_path, move_cache):
     run_dir = tmp_path / "move"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(run_dir)],
+        # in process (run.backend=local): this checks the move task's figures; Ray Train's own path
+        # is the smoke runs'
+        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(run_dir),
+         "--set", "run.backend=local"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
