@@ -24,7 +24,8 @@ from service.config_sources import deep_merge, read_config_file, set_dotted, swi
 from service.config_sources import parse_override as _parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
 from service.task_config import MOVED_FROM_DATA, FenTaskConfig, TaskConfig, moved_from_data
-from trainer.config import Frozen, TrainerConfig
+from trainer.config import TrainerConfig
+from trainer.config_base import Frozen
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rewards.config import EngineConfig
-from trainer.config import Frozen, tagged_union
+from trainer.config_base import Frozen, tagged_union
 
 # The keys of the `task` section before it had variants: a resolved config.yaml of that time holds
 # all of them, and the ones its task never read are dropped when it is loaded again.

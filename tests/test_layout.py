@@ -72,7 +72,7 @@ def test_one_config_base_everywhere():
     from actors.pool.config import PoolConfig
     from rewards.config import RewardConfig
     from service.config import ServiceConfig
-    from trainer.config import Frozen
+    from trainer.config_base import Frozen
 
     assert Frozen.model_config["allow_inf_nan"] is False
     for model in (PoolConfig, ServiceConfig):

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from actors.pool.node_resources import check_custom_resources, check_label_selector
-from trainer.config import Frozen
+from trainer.config_base import Frozen
 
 # Ray actor names: keep them readable in the dashboard and free of separators Ray treats specially.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"

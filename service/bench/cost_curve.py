@@ -28,7 +28,7 @@ from service.bench.cost_rewards import COSTS
 from service.bench.grpo import reference_config, with_updates
 from service.bench.isolated import run_isolated
 from service.bench.results import add_table, new_section, set_headline
-from trainer.config import MODEL_SIZES
+from trainer.model_config import MODEL_SIZES
 
 TITLE = "10. The cost curve: a GRPO step as one factor grows"
 HEADLINE = ("cost_exponent_tokens",)

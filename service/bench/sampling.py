@@ -20,8 +20,9 @@ import torch
 
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times, median
-from trainer.config import BuiltinModelConfig, SamplingConfig
+from trainer.config import SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.sampling.sampler import generate

@@ -20,8 +20,9 @@ from service.bench.isolated import PeakMemory, run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 from trainer.compile import maybe_compile
-from trainer.config import BuiltinModelConfig, PrecisionConfig
+from trainer.config import PrecisionConfig
 from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.precision import Precision, configure_tf32, resolve_dtype

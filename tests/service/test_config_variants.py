@@ -21,7 +21,8 @@ from service.config import (
 from service.config_keys import field_at, leaf_keys
 from service.task_config import TASK_CONFIGS, MoveTaskConfig, TextTaskConfig
 from service.tasks import TASKS
-from trainer.config import BuiltinModelConfig, HFModelConfig, TrainerConfig
+from trainer.config import TrainerConfig
+from trainer.model_config import BuiltinModelConfig, HFModelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from trainer.config import BuiltinModelConfig, PrecisionConfig, TrainerConfig
+from trainer.config import PrecisionConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.data.chess_games import Pair as P
 from trainer.engine import Trainer
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.precision import Precision

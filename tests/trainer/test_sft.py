@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.config import BuiltinModelConfig, TrainerConfig
+from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.engine import Trainer
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.sft import IGNORE_INDEX, build_sft_batch, sft_loss_sum

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from trainer.config import BuiltinModelConfig, SamplingConfig
+from trainer.config import SamplingConfig
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.base import Reference, Step, frozen_copy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT

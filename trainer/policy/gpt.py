@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.config import BuiltinModelConfig
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.kv_cache import KVCache
 
 

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from trainer.config import HFModelConfig, SamplingConfig
+from trainer.config import SamplingConfig
+from trainer.model_config import HFModelConfig
 from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
 from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder

@@ -60,7 +60,7 @@ class KVCache:
         dtype: torch.dtype,
         static: bool = False,
     ) -> KVCache:
-        """A cache shaped for a GPT built from `config` (a trainer.config.BuiltinModelConfig)."""
+        """A cache shaped for a GPT built from `config` (a trainer.model_config.BuiltinModelConfig)."""
         return cls(
             config.n_layer,
             batch,

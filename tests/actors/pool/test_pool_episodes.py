@@ -106,7 +106,8 @@ def test_micro_batches_decoded_interleaved_give_what_they_give_one_at_a_time():
     and the same episodes as decoding them one after another."""
     import torch
 
-    from trainer.config import BuiltinModelConfig, SamplingConfig
+    from trainer.config import SamplingConfig
+    from trainer.model_config import BuiltinModelConfig
     from trainer.policy.builtin import BuiltinPolicy
     from trainer.policy.char_tokenizer import CharTokenizer
     from trainer.policy.gpt import GPT

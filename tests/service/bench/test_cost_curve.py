@@ -6,7 +6,7 @@ import pytest
 
 from service.bench.cost_curve import FIGURE, PROMPT_ROOM, CostCurvePlan, _points, exponent
 from service.bench.plots import write_figures
-from trainer.config import MODEL_SIZES
+from trainer.model_config import MODEL_SIZES
 
 
 def test_exponent_is_the_slope_in_log_log():

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from trainer.config import BuiltinModelConfig
 from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT, positions_from_mask
 from trainer.policy.kv_cache import KVCache

@@ -6,7 +6,8 @@ import torch
 pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trainer.config import HFModelConfig, SamplingConfig  # noqa: E402
+from trainer.config import SamplingConfig  # noqa: E402
+from trainer.model_config import HFModelConfig  # noqa: E402
 from trainer.policy.base import PromptFormat  # noqa: E402
 from trainer.policy.hf import HFPolicy  # noqa: E402
 from trainer.policy.hf_tiny import write_tiny_model  # noqa: E402

@@ -6,9 +6,10 @@ import torch
 
 from rewards.env import LocalEpisodes
 from tests.trainer.sampling.chatty_env import ANSWER, Chatty
-from trainer.config import BuiltinModelConfig, GRPOConfig, SamplingConfig
+from trainer.config import GRPOConfig, SamplingConfig
 from trainer.grpo.loss import aggregate_loss
 from trainer.grpo.policy_losses import PolicyLossInputs, get_policy_loss
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -92,7 +93,7 @@ def test_sampler_logprobs_equal_the_training_forward_builtin():
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_sampler_logprobs_equal_the_training_forward_hf(arch, tmp_path):
     pytest.importorskip("transformers")
-    from trainer.config import HFModelConfig
+    from trainer.model_config import HFModelConfig
     from trainer.policy.hf import HFPolicy
     from trainer.policy.hf_tiny import write_tiny_model
 
@@ -139,7 +140,7 @@ def test_no_environment_token_is_a_term_of_the_loss_or_the_kl():
 
 def test_hf_observations_come_through_the_chat_template(tmp_path):
     pytest.importorskip("transformers")
-    from trainer.config import HFModelConfig
+    from trainer.model_config import HFModelConfig
     from trainer.policy.base import PromptFormat
     from trainer.policy.hf import HFPolicy
     from trainer.policy.hf_tiny import write_tiny_model

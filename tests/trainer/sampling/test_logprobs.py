@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
-from trainer.config import BuiltinModelConfig, SamplingConfig
+from trainer.config import SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
 from trainer.sampling.logprobs import completion_logprobs, token_entropy, token_logprobs
