@@ -16,7 +16,9 @@ than `pool.max_dropped_share` of the GRPO groups, or waiting for rewards for mor
 `pool.max_reward_wait_share` of the GRPO step time, leaves the run `succeeded` with warnings
 (`run_warnings`), each with the advice that fits.
 
-Pure (no Ray, no torch): the pool, the preflight, the run loop and the recorder import it.
+Pure (no Ray, no torch): the pool, the preflight, the run loop and the recorder import it;
+`check_error_rate` is the rule applied to a batch of encoded results (the pool's and an inline
+placement's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from actors.pool.codec import EncodedResults
+from actors.pool.errors import RewardErrorRateExceeded
 from rewards.result import ERROR, SKIPPED, TIMEOUT, USABLE_STATUSES
 
 
@@ -172,3 +176,23 @@ def run_warnings(totals: RunTotals, *, max_dropped_share: float, max_reward_wait
             f"{PLACEMENT_ADVICE}"
         )
     return warnings
+
+
+def failure_reasons(blocks: list[EncodedResults], most: int = 3) -> list[str]:
+    """Up to `most` distinct reasons of the errored or timed-out items, in item order."""
+    reasons: list[str] = []
+    for block in blocks:
+        for i, reason in block.reasons.items():
+            if block.status_names[block.status_codes[i]] in (ERROR, TIMEOUT) and reason not in reasons:
+                reasons.append(reason)
+        if len(reasons) >= most:
+            break
+    return reasons[:most]
+
+
+def check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
+    """Raises RewardErrorRateExceeded when the batch fails the run by `failure_policy`'s rule,
+    naming up to three distinct reasons (the pool's and an inline placement's rule alike)."""
+    problem = error_rate_problem(BatchCounts.of_stats(stats), threshold)
+    if problem is not None:
+        raise RewardErrorRateExceeded(f"{problem}; first reasons: {failure_reasons(blocks)}")

@@ -16,7 +16,7 @@ trainer writes to `metrics.jsonl` as `scorer_placement_*`.
 In process, a batch is scored on a thread with the pool's call deadline (`chunk_timeout_s`): a
 reward that overruns it is left behind and the batch goes to the pool, which can kill a worker;
 the placement is then pinned to the pool for the rest of the run. Statuses and the error-rate
-guard are the pool's own (`reward_pool.check_error_rate`).
+guard are the pool's own (`failure_policy.check_error_rate`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 
 from actors.pool.codec import encode
 from actors.pool.daemon_threads import DaemonThreads
-from actors.pool.reward_pool import RewardPool, check_error_rate, failure_reasons
+from actors.pool.failure_policy import check_error_rate, failure_reasons
+from actors.pool.reward_pool import RewardPool
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
 from trainer.grpo.reward_source import Rewards

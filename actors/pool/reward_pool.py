@@ -7,16 +7,16 @@
     pool.shutdown()
 
 Items are cut into chunks (a small chunk travels inside the call, a large one is put once in
-the object store) and sent to the least-loaded worker with at most `max_in_flight_per_worker`
+the object store: submission.py) and sent to the least-loaded worker with at most `max_in_flight_per_worker`
 calls each; a background dispatcher (see dispatcher.py) keeps workers fed, enforces deadlines
 and re-dispatches the work of dead or killed workers. Results come back as compact columns
-(codec.py) and are read out in submission order.
+(codec.py) and are read out in submission order; a batch past the error rate fails the run
+(failure_policy.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import pickle
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,10 +27,11 @@ from ray.exceptions import ActorAlreadyExistsError
 from actors.pool.codec import EncodedResults, count_status, decode
 from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
-from actors.pool.errors import RewardCollectTimeout, RewardErrorRateExceeded, RewardPoolUnavailable
-from actors.pool.failure_policy import BatchCounts, error_rate_problem
+from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
+from actors.pool.failure_policy import check_error_rate, failure_reasons
 from actors.pool.metrics import PoolMetrics
 from actors.pool.node_resources import describe_placement
+from actors.pool.submission import check_items, chunk_payload
 from actors.pool.work import Chunk, Ticket, plan_chunks, runs_of
 from actors.pool.worker import RewardWorker, is_scorer
 from actors.pool.worker_slot import WorkerSlot, WorkerState
@@ -39,7 +40,6 @@ from trainer.grpo.reward_source import Rewards
 
 _pool_ids = itertools.count()
 # Just below Ray's inline limit for call arguments (100 KiB): larger ones Ray would put in the store.
-_INLINE_PAYLOAD_BYTES = 96 * 1024
 
 
 class RewardPool:
@@ -193,7 +193,7 @@ class RewardPool:
         can take work (episodes kept in a worker's process); consecutive items of one worker
         travel together.
         """
-        n = _check_items(completions, targets, group_ids)
+        n = check_items(completions, targets, group_ids)
         if fields is not None and len(fields) != n:
             raise ValueError(f"got {len(fields)} field rows for {n} completions: need one each")
         if workers is not None and len(workers) != n:
@@ -212,7 +212,7 @@ class RewardPool:
             ]
         for start, stop in bounds:
             rows = None if fields is None else fields[start:stop]
-            payload = _payload(completions[start:stop], targets[start:stop], rows, start)
+            payload = chunk_payload(completions[start:stop], targets[start:stop], rows, start)
             prefer = None if workers is None else workers[start]
             chunks.append(Chunk(ticket, payload, offset=start, lo=0, hi=stop - start, prefer=prefer))
         self._dispatcher.enqueue(chunks)
@@ -350,79 +350,6 @@ def _pool_config(pool: PoolConfig | Mapping[str, Any] | None) -> PoolConfig:
 def _require_ray() -> None:
     if not ray.is_initialized():
         raise RewardPoolUnavailable("Ray is not initialised: call ray.init(...) before building a RewardPool")
-
-
-def _check_items(completions: Any, targets: Any, group_ids: Any) -> int:
-    for name, seq in (("completions", completions), ("targets", targets)):
-        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
-            raise TypeError(f"{name} must be a list or tuple of items, got {type(seq).__name__}")
-    if len(completions) != len(targets):
-        raise ValueError(
-            f"got {len(completions)} completions and {len(targets)} targets: need one target each"
-        )
-    if group_ids is not None and len(group_ids) != len(completions):
-        raise ValueError(f"got {len(group_ids)} group_ids for {len(completions)} completions: need one each")
-    return len(completions)
-
-
-def _payload(
-    completions: Sequence[Any], targets: Sequence[Any], fields: Sequence[Any] | None, start: int
-) -> Any:
-    """A chunk's (completions, targets[, fields]): by value when small, else once into the object store.
-
-    Ray copies a small argument into the call itself (no store round trip: ~1 ms saved per call);
-    a large one it would put in the store on every call, so it is put once here and a retried or
-    split chunk reuses it. Items without fields (the FEN task) travel as a pair, as they always have.
-    """
-    payload = (
-        (list(completions), list(targets))
-        if fields is None
-        else (list(completions), list(targets), list(fields))
-    )
-    # Only plain payloads go inline: all-str items, or fields (data read from JSON) that have been
-    # pickled once here. Anything else might not pickle, and that must fail here, in submit, not
-    # later in the dispatcher thread (which would take the whole pool down).
-    if fields is None:
-        approx_bytes = sum(len(x) + 16 if isinstance(x, str) else 64 for part in payload for x in part)
-        if approx_bytes < _INLINE_PAYLOAD_BYTES and all(isinstance(x, str) for part in payload for x in part):
-            return payload
-    elif _pickles_small(payload):
-        return payload
-    try:
-        return ray.put(payload)
-    except Exception as exc:
-        stop = start + len(completions)
-        raise TypeError(
-            f"items [{start}:{stop}] cannot be sent to the reward workers: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _pickles_small(payload: Any) -> bool:
-    """True when `payload` pickles (plain data: JSONL fields, None targets) within the inline limit."""
-    try:
-        return len(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)) < _INLINE_PAYLOAD_BYTES
-    except Exception:  # let ray.put, with its own serializer, have the last word
-        return False
-
-
-def failure_reasons(blocks: list[EncodedResults], most: int = 3) -> list[str]:
-    """Up to `most` distinct reasons of the errored or timed-out items, in item order."""
-    reasons: list[str] = []
-    for block in blocks:
-        for i, reason in block.reasons.items():
-            if block.status_names[block.status_codes[i]] in (ERROR, TIMEOUT) and reason not in reasons:
-                reasons.append(reason)
-        if len(reasons) >= most:
-            break
-    return reasons[:most]
-
-
-def check_error_rate(blocks: list[EncodedResults], stats: dict[str, float], threshold: float) -> None:
-    """Raises RewardErrorRateExceeded when the batch fails the run by `failure_policy`'s rule,
-    naming up to three distinct reasons (the pool's and an inline placement's rule alike)."""
-    problem = error_rate_problem(BatchCounts.of_stats(stats), threshold)
-    if problem is not None:
-        raise RewardErrorRateExceeded(f"{problem}; first reasons: {failure_reasons(blocks)}")
 
 
 def _kill_all(handles: Sequence[Any]) -> None:

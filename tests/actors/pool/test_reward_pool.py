@@ -11,7 +11,8 @@ import ray
 
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
-from actors.pool.reward_pool import RewardPool, _payload
+from actors.pool.reward_pool import RewardPool
+from actors.pool.submission import chunk_payload
 from rewards import (
     BAD_INPUT,
     STATUSES,
@@ -100,7 +101,7 @@ def test_items_with_fields_score_through_the_pool_inline_and_through_the_store()
             rows = [{"a": i, "b": 2, "note": "x" * pad} for i in range(n)]
             completions = [str(i + 2) if i % 3 else "?" for i in range(n)]
             targets = [None] * n
-            in_store = isinstance(_payload(completions, targets, rows, 0), ray.ObjectRef)
+            in_store = isinstance(chunk_payload(completions, targets, rows, 0), ray.ObjectRef)
             assert in_store == (pad > 0)
             results = pool.score(completions, targets, rows)
             assert results == scorer.score_batch(completions, targets, rows)
