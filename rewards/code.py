@@ -30,7 +30,8 @@ from typing import Any, NamedTuple
 
 from rewards.config import RewardConfig
 from rewards.result import INVALID, OK
-from rewards.scorer import Fields, Scorer, UserReward, ValidityFn
+from rewards.scorer import Scorer, ValidityFn
+from rewards.user_reward import Fields, UserReward
 
 SANDBOX_OK, SANDBOX_ERROR = "ok", "sandbox_error"
 # The fields a code item may carry (its tests, and the prompt a HumanEval completion continues).

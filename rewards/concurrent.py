@@ -23,7 +23,8 @@ from concurrent.futures import Executor
 from typing import Any
 
 from rewards.result import TIMEOUT, ScoreResult
-from rewards.scorer import Fields, Scorer, UserReward, UserRewardError
+from rewards.scorer import Scorer
+from rewards.user_reward import Fields, UserReward, UserRewardError
 
 
 async def score_batch_concurrent(

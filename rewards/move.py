@@ -23,7 +23,8 @@ import chess
 from rewards.config import EngineConfig, RewardConfig
 from rewards.engine import EngineJudge, Judgement
 from rewards.result import INVALID, OK, UNPARSABLE
-from rewards.scorer import Fields, Scorer, UserReward, ValidityFn
+from rewards.scorer import Scorer, ValidityFn
+from rewards.user_reward import Fields, UserReward
 
 ILLEGAL_REWARD = 0.2
 LEGAL_FLOOR = 0.5  # a legal move's reward before its quality: every legal move beats every illegal one

@@ -16,7 +16,7 @@ from actors.pool.failure_policy import (
 
 
 def test_counts_from_statuses_count_nan_as_error_and_skips_apart():
-    # A NaN reward reaches the policy as status error (rewards.scorer.checked_value).
+    # A NaN reward reaches the policy as status error (rewards.user_reward.checked_value).
     counts = BatchCounts.of_statuses(["ok", "error", "timeout", "skipped", "invalid", "error"])
     assert counts == BatchCounts(items=6, errors=2, timeouts=1, skipped=1)
     assert counts.failed == 3 and counts.rate == pytest.approx(0.5)
