@@ -88,9 +88,8 @@ class EnvTask(Task):
             held_rows = [
                 _generated(env_cls, EVAL_ROWS_BASE + i, cfg.data.eval_seed) for i in range(cfg.data.eval_size)
             ]
-        held = [
-            task.prompt_pair(row, env_cls) for row in held_rows
-        ]  # evaluation plays them; no demonstration
+        # held-out rows carry no demonstration: evaluation plays them
+        held = [task.prompt_pair(row, env_cls) for row in held_rows]
         train = None if rows is None else [task.pair(row, i, env_cls) for i, row in enumerate(rows)]
         sample = (
             train[:64]
@@ -196,10 +195,10 @@ class EnvTask(Task):
         """The environment tried on the first n training rows (the file's, or the generated
         stream's), each played twice with its demonstration (or one empty action where it has
         none): time per call, failures, determinism. Held-out rows carry no demonstration."""
-        pairs = self.train_sample[:n]
-        if len(pairs) < n:
-            stream = self.train_stream(self.train_rows)
-            pairs = [*pairs, *(stream(i) for i in range(len(pairs), n))]
+        pairs = (self.train_rows if self.train_rows is not None else self.train_sample)[:n]
+        if len(pairs) < n and self.train_rows is None:  # a generated stream goes on past the sample
+            stream = self.train_stream(None)
+            pairs += [stream(i) for i in range(len(pairs), n)]
         plays = [(p.fields, _actions(p, self.stops)) for p in pairs]
         return try_environment(load_environment(self.env), plays, self.max_turns, self.step_timeout_s)
 
