@@ -108,6 +108,8 @@ _g = {{"__name__": "__main__"}}
 try:
     exec(compile({code!r}, "<completion>", "exec"), _g)
     exec(compile({setup!r}, "<test_setup>", "exec"), _g)
+except MemoryError:
+    raise  # the interpreter's own last line, "MemoryError", is how the sandbox tells `memory`
 except BaseException as _e:
     print("the code raised " + type(_e).__name__ + ": " + str(_e)[:200], file=sys.stderr)
     sys.exit(1)
@@ -116,6 +118,8 @@ for _t in {tests!r}:
     try:
         exec(compile(_t, "<test>", "exec"), _g)
         _passed += 1
+    except MemoryError:
+        raise
     except BaseException as _e:
         print("failed: " + _t[:100] + ": " + type(_e).__name__, file=sys.stderr)
 print({nonce!r}, _passed, flush=True)

@@ -44,6 +44,7 @@ from trainer.data.pairs import Pair
 from trainer.schedule import Schedule
 
 POLL_INTERVAL_S = 0.2
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # ray.train.v2's constants
 CHECKPOINT_RUN_NAME = CHECKPOINT_DIR  # Ray Train's experiment name: <root>/checkpoints/step_*
 
 
@@ -93,6 +94,9 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
         started = False
     else:
         os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
+        # Ray Train's preemption watcher (an actor polling for nodes being drained) has nothing to
+        # watch on a node this process starts and ends: no autoscaler drains it. A user's value wins.
+        os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         # One node plays every role: it offers the custom resources and labels the run asks for.
         context = ray.init(

@@ -136,6 +136,27 @@ def test_assert_lines_through_the_sandbox(completion, passed, status):
 
 
 @real
+@pytest.mark.parametrize("where", ["code", "test_setup", "test"])
+def test_a_memory_error_at_the_limit_is_the_memory_status_wherever_it_is_raised(where):
+    """The harness catches what the code raises (to report it in one line) but lets MemoryError
+    through: the interpreter's own last line is how the sandbox tells `memory` from `failed`."""
+    from rewards.code import run_asserts
+    from rewards.sandbox import SandboxLimits
+
+    huge = "b = bytearray(1 << 34)"  # 16 GiB: refused at once by the address-space limit
+    code, setup, tests = "x = 1", "", ["assert True"]
+    if where == "code":
+        code = huge
+    elif where == "test_setup":
+        setup = huge
+    else:
+        tests = [huge, "assert True"]
+    outcome = run_asserts(code, tests, setup=setup, limits=SandboxLimits(wall_s=10.0))
+    assert (outcome.status, outcome.passed) == ("memory", 0), outcome
+    assert "MemoryError" in outcome.detail
+
+
+@real
 def test_a_humaneval_check_and_stdin_pairs_through_the_sandbox():
     head = "def add(a, b):\n    '''a + b'''\n"
     check = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
