@@ -116,8 +116,7 @@ def run_rows(task, eval_pairs: Sequence[Any], train_pairs: Sequence[Any] | None)
     held = [RunRow("held-out", i, p.prompt, p.target) for i, p in enumerate(eval_pairs)]
     if train_pairs is not None:
         return held + [RunRow("training", i, p.prompt, p.target) for i, p in enumerate(train_pairs)]
-    stream = task.train_stream(None)
-    pairs = (stream(i) for i in range(TRAIN_PROMPTS_CHECKED))
+    pairs = task.generated_head(TRAIN_PROMPTS_CHECKED)
     return held + [RunRow("training", i, p.prompt, p.target) for i, p in enumerate(pairs)]
 
 

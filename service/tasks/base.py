@@ -68,6 +68,12 @@ class Task(ABC):
         task gives the same prompts and fields without it."""
         return self.train_stream(file_pairs)
 
+    def generated_head(self, n: int) -> list[Pair]:
+        """The first n pairs of the generated training stream, for the checks before a run (the
+        model's positions and alphabet); a task whose pairs are costly to make overrides it."""
+        stream = self.train_stream(None)
+        return [stream(i) for i in range(n)]
+
     @abstractmethod
     def scorer(self) -> Scorer:
         """The scorer the reward pool runs for this task (user rewards included)."""

@@ -228,6 +228,13 @@ class EnvTask(Task):
         env_cls = load_environment(self.env)
         return lambda i: self.prompt_pair(_generated(env_cls, i, self.seed), env_cls)
 
+    def generated_head(self, n: int) -> list[EpisodePair]:
+        """The sample's rows with their demonstrations (they stand for the rest, as in `from_config`),
+        then the GRPO stream's: the same rows without one (chess-play: 21 s -> 0.x s for 512 rows)."""
+        head = list(self.train_sample[:n])
+        stream = self.grpo_stream(None)
+        return head + [stream(i) for i in range(len(head), n)]
+
     def scorer(self) -> EpisodeCalls | None:
         """What the reward workers run: episode calls (task.hosting=pool); None when the episodes
         run in the trainer processes (no pool is started then)."""

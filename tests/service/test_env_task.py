@@ -93,6 +93,29 @@ def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(monke
         played.clear()
 
 
+def test_the_checks_before_an_hf_run_play_no_demonstration_past_the_sample(monkeypatch):
+    from rewards.env.guess import GuessNumber
+    from service.model_checks import TRAIN_PROMPTS_CHECKED, run_rows
+
+    task = build_task(load_config("env-smoke"))
+    played = []
+    demonstration = GuessNumber.demonstration.__func__
+    monkeypatch.setattr(
+        GuessNumber,
+        "demonstration",
+        classmethod(lambda cls, row, rng: played.append(row) or demonstration(cls, row, rng)),
+    )
+    rows = run_rows(task, task.eval_pairs(), None)
+    assert played == []  # the sample's demonstrations are reused; the rows past it are prompts only
+    training = [r for r in rows if r.split == "training"]
+    assert len(training) == TRAIN_PROMPTS_CHECKED
+    sample = task.train_sample
+    assert [(r.prompt, r.target) for r in training[: len(sample)]] == [(p.prompt, p.target) for p in sample]
+    assert all(r.target is None for r in training[len(sample) :])
+    grpo = task.grpo_stream(None)
+    assert [r.prompt for r in training] == [grpo(i).prompt for i in range(TRAIN_PROMPTS_CHECKED)]
+
+
 def test_check_reward_tries_the_environment(capsys):
     assert check_main(["--preset", "env-smoke", "--n", "6"]) == 0
     out = capsys.readouterr().out
