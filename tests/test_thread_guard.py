@@ -66,3 +66,18 @@ def test_a_clean_session_passes(pytester: pytest.Pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "thread_guard", "-p", "no:cacheprovider", timeout=120)
     assert result.ret == pytest.ExitCode.OK
     assert "non-daemon thread" not in result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("source", "status"),
+    [
+        ("def test_fails():\n    assert False\n", pytest.ExitCode.TESTS_FAILED),
+        ("X = 1\n", pytest.ExitCode.NO_TESTS_COLLECTED),
+    ],
+)
+def test_the_session_ends_with_its_own_status(pytester: pytest.Pytester, monkeypatch, source, status):
+    """The guard ends the process itself (no Python finalization): the status is the session's."""
+    monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
+    pytester.makepyfile(test_inner=source)
+    result = pytester.runpytest_subprocess("-p", "thread_guard", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == status

@@ -5,6 +5,7 @@ so one such thread stuck in a test kept pytest alive after its summary, until CI
 end of the session this waits a little for such threads, then names each with the test during
 which it started (and the phase: setup, call or teardown, a fixture's teardown included) and its
 stack as it is now, and ends the process with a failing status instead of waiting for them.
+A session ends with its own status without Python's finalization (`pytest_unconfigure`).
 
 `THREAD_GUARD_GRACE_S` (seconds) overrides how long threads that are only finishing get.
 """
@@ -23,6 +24,7 @@ import pytest
 
 GRACE_S = float(os.environ.get("THREAD_GUARD_GRACE_S", "60"))  # threads only finishing get this long
 _stuck: list[str] = []
+_session: list[pytest.Session] = []  # this process's session, for its exit status at the very end
 # Each non-daemon thread started during a test: where ("nodeid (phase)"). Weak, so a thread that
 # ended is forgotten with its object.
 _started_in: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
@@ -82,11 +84,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _session[:] = [session]
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The last hook: report the stuck threads and exit without joining them."""
-    if not _stuck:
-        return
+    """The last hook: report the stuck threads, then end the process with the session's status.
+
+    Nothing is left to run by then: Python's finalization would only join the stuck threads and
+    tear down native libraries (Ray's core worker, torch's thread pools), and such a teardown once
+    crashed with SIGSEGV after a green summary, turning a passing suite into a failing exit. An
+    xdist worker without stuck threads ends normally (its controller expects that).
+    """
     sys.stdout.flush()
-    sys.stderr.write("\n".join(_stuck) + "\nthe session fails: these threads would keep it from exiting\n")
-    sys.stderr.flush()
-    os._exit(int(pytest.ExitCode.TESTS_FAILED))
+    if _stuck:
+        sys.stderr.write(
+            "\n".join(_stuck) + "\nthe session fails: these threads would keep it from exiting\n"
+        )
+        sys.stderr.flush()
+        os._exit(int(pytest.ExitCode.TESTS_FAILED))
+    if _session and not hasattr(config, "workerinput"):
+        sys.stderr.flush()
+        os._exit(int(_session[0].exitstatus))
