@@ -42,6 +42,21 @@ def test_an_env_run_is_refused_before_anything_starts(capsys, tmp_path, sets, ex
     assert expected in _refused(capsys, tmp_path, *sets)
 
 
+@pytest.fixture
+def played(monkeypatch) -> list[dict]:
+    """The rows whose demonstration the bundled `guess` environment plays from now on."""
+    from rewards.env.guess import GuessNumber
+
+    rows: list[dict] = []
+    demonstration = GuessNumber.demonstration.__func__
+    monkeypatch.setattr(
+        GuessNumber,
+        "demonstration",
+        classmethod(lambda cls, row, rng: rows.append(dict(row)) or demonstration(cls, row, rng)),
+    )
+    return rows
+
+
 def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through():
     task = build_task(load_config("env-smoke"))
     pair = task.train_stream(None)(0)
@@ -55,16 +70,7 @@ def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through(
     assert set(task.alphabet) >= set("0123456789\nhigherlower")
 
 
-def test_only_training_rows_play_their_demonstrations_and_the_trial_reuses_them(monkeypatch):
-    from rewards.env.guess import GuessNumber
-
-    played = []
-    demonstration = GuessNumber.demonstration.__func__
-    monkeypatch.setattr(
-        GuessNumber,
-        "demonstration",
-        classmethod(lambda cls, row, rng: played.append(dict(row)) or demonstration(cls, row, rng)),
-    )
+def test_only_training_rows_play_their_demonstrations_and_the_trial_reuses_them(played):
     task = build_task(load_config("env-smoke"))
     first = [task.train_stream(None)(i).fields for i in range(64)]
     assert played[:64] == first and len(played) == 128  # the sample built, then the stream here
@@ -73,18 +79,10 @@ def test_only_training_rows_play_their_demonstrations_and_the_trial_reuses_them(
     assert task.environment_trial(70).episodes == 2 * 70 and len(played) == 6  # past it: the stream
 
 
-def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(monkeypatch):
-    from rewards.env.guess import GuessNumber
-
+def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(played):
     task = build_task(load_config("env-smoke"))
     train, grpo = task.train_stream(None), task.grpo_stream(None)
-    played = []
-    demonstration = GuessNumber.demonstration.__func__
-    monkeypatch.setattr(
-        GuessNumber,
-        "demonstration",
-        classmethod(lambda cls, row, rng: played.append(row) or demonstration(cls, row, rng)),
-    )
+    played.clear()  # the task's sample, built above
     for i in (0, 5, 1 << 40):  # dynamic sampling's refills come from far along the stream
         pair = grpo(i)
         assert played == [] and pair.target is None and pair.turns is None
@@ -93,18 +91,11 @@ def test_grpo_steps_get_the_same_rows_without_playing_their_demonstrations(monke
         played.clear()
 
 
-def test_the_checks_before_an_hf_run_play_no_demonstration_past_the_sample(monkeypatch):
-    from rewards.env.guess import GuessNumber
+def test_the_checks_before_an_hf_run_play_no_demonstration_past_the_sample(played):
     from service.model_checks import TRAIN_PROMPTS_CHECKED, run_rows
 
     task = build_task(load_config("env-smoke"))
-    played = []
-    demonstration = GuessNumber.demonstration.__func__
-    monkeypatch.setattr(
-        GuessNumber,
-        "demonstration",
-        classmethod(lambda cls, row, rng: played.append(row) or demonstration(cls, row, rng)),
-    )
+    played.clear()  # the task's sample, built above
     rows = run_rows(task, task.eval_pairs(), None)
     assert played == []  # the sample's demonstrations are reused; the rows past it are prompts only
     training = [r for r in rows if r.split == "training"]
