@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from rewards import USABLE_STATUSES, RewardConfig, Scorer
+from service.bench.results import add_table, new_section
 from service.presets import PRESETS
 from service.task_config import FenTaskConfig
 from trainer.config import TrainerConfig
@@ -97,6 +98,40 @@ def time_variant(
         "phases_s": phases,
         "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan"),
     }
+
+
+TITLE = "GRPO steps of a preset on one CUDA device (in process)"
+
+
+def bench_gpu_steps(
+    preset: str = "gpt2-4090",
+    warmup: int = 2,
+    steps: int = 4,
+    device: str = "cuda",
+    variants: tuple[str, ...] = tuple(VARIANTS),
+) -> dict[str, Any]:
+    """The section: the variants on the preset, one after the other, each a fresh trainer."""
+    section = new_section("gpu_steps", TITLE)
+    results: dict[str, Any] = {}
+    for name in variants:
+        extra = VARIANTS[name]
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        results[name] = time_variant(preset, extra, warmup, steps, device)
+    phases = sorted({k for r in results.values() for k in r["phases_s"]})
+    add_table(
+        section,
+        f"`{preset}`, {steps} timed steps after {warmup} warm-up, on "
+        + (torch.cuda.get_device_name(0) if device == "cuda" else device),
+        ["variant", "step s", "completions/s", "tokens/s", "peak MiB", *phases],
+        [
+            [name, r["step_s"], r["completions_per_s"], r["tokens_per_s"], r["peak_mib"]]
+            + [r["phases_s"].get(k) for k in phases]
+            for name, r in results.items()
+        ],
+    )
+    section["data"] = {"preset": preset, "warmup": warmup, "steps": steps, "results": results}
+    return section
 
 
 def main(argv: list[str] | None = None) -> int:

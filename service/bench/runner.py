@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import time
-import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import ray
 
+from service.bench.assemble import bench_result, run_section
 from service.bench.cost_curve import HEADLINE as CURVE_HEADLINE
 from service.bench.cost_curve import TITLE as CURVE_TITLE
 from service.bench.cost_curve import bench_cost_curve
@@ -21,12 +19,11 @@ from service.bench.grpo import GRPO_HEADLINE, bench_grpo
 from service.bench.hf import HEADLINE as HF_HEADLINE
 from service.bench.hf import TITLE as HF_TITLE
 from service.bench.hf import bench_hf
-from service.bench.machine import load_average, machine_info, usable_cores
+from service.bench.machine import machine_info, usable_cores
 from service.bench.peer import HEADLINE as PEER_HEADLINE
 from service.bench.peer import TITLE as PEER_TITLE
 from service.bench.peer import bench_peer
 from service.bench.plan import BenchPlan
-from service.bench.results import collect_headline, new_section
 from service.bench.reward import bench_reward
 from service.bench.reward_cost import HEADLINE as COST_HEADLINE
 from service.bench.reward_cost import TITLE as COST_TITLE
@@ -36,10 +33,6 @@ from service.bench.sandbox import HEADLINE as SANDBOX_HEADLINE
 from service.bench.sandbox import TITLE as SANDBOX_TITLE
 from service.bench.sandbox import bench_sandbox
 from service.bench.train_step import bench_train_step
-
-log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
 
 # section name -> (titles of the sections it produces, headline keys they own, how to run it)
 _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan], Any]]] = {
@@ -70,21 +63,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
 
 def _run_section(name: str, plan: BenchPlan) -> list[dict[str, Any]]:
     titles, owns, fn = _SECTIONS[name]
-    began = time.perf_counter()
-    try:
-        out = fn(plan)
-        sections = out if isinstance(out, list) else [out]
-    except Exception as exc:  # one broken section must not lose the others' figures
-        log.error("section %s failed:\n%s", name, traceback.format_exc())
-        sections = []
-        for title in titles:
-            section = new_section(name, title, owns=owns)
-            section["status"], section["error"] = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
-            sections.append(section)
-    for section in sections:
-        section["elapsed_s"] = time.perf_counter() - began
-        section["load_average_at_end"] = load_average()
-    return sections
+    return run_section(name, titles, owns, lambda: fn(plan))
 
 
 def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
@@ -107,16 +86,4 @@ def run_bench(plan: BenchPlan, command: str) -> dict[str, Any]:
     finally:
         if started_ray:
             ray.shutdown()
-    headline, notes = collect_headline(sections)
-    return {
-        "schema": SCHEMA_VERSION,
-        "command": command,
-        "mode": plan.mode,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "elapsed_s": time.perf_counter() - began,
-        "machine": info,
-        "load_average_at_end": load_average(),
-        "headline": headline,
-        "headline_notes": notes,
-        "sections": sections,
-    }
+    return bench_result(sections, command, plan.mode, info, began)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from service.bench.gpu_steps import VARIANTS, main, preset_trainer_config, time_variant
+from service.bench import cuda_rows
+from service.bench.gpu_steps import VARIANTS, bench_gpu_steps, main, preset_trainer_config, time_variant
 
 
 def test_the_preset_trainer_config_takes_the_variant_on_top():
@@ -24,3 +25,20 @@ def test_steps_are_timed_with_tokens_and_phases():
 def test_without_cuda_the_command_says_so(capsys):
     assert main([]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_the_section_has_a_row_per_variant_with_its_phases():
+    section = bench_gpu_steps("smoke", warmup=0, steps=1, device="cpu", variants=("bf16 eager",))
+    (table,) = section["tables"]
+    assert table["columns"][:5] == ["variant", "step s", "completions/s", "tokens/s", "peak MiB"]
+    assert "sample_s" in table["columns"] and "on cpu" in table["title"]
+    assert [row[0] for row in table["rows"]] == ["bf16 eager"] and table["rows"][0][1] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_the_cuda_rows_command_refuses_without_cuda_and_names_unknown_sections(capsys):
+    assert cuda_rows.main(["--sections", "train_step"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cuda_rows.main(["--sections", "reward"])  # a section that needs Ray is not among these rows
+    assert "unknown sections ['reward']" in capsys.readouterr().err
