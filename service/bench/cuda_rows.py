@@ -18,7 +18,7 @@ import torch
 
 from service.bench.assemble import bench_result, run_section
 from service.bench.gpu_steps import TITLE as STEPS_TITLE
-from service.bench.gpu_steps import bench_gpu_steps
+from service.bench.gpu_steps import VARIANTS, bench_gpu_steps
 from service.bench.machine import machine_info
 from service.bench.results import HEADLINE_TARGETS, fmt, markdown_table, write_results
 from service.bench.sampling import SamplingPlan, bench_sampling
@@ -42,7 +42,8 @@ def _section_fn(name: str, args: argparse.Namespace):
         return lambda: bench_sampling(CUDA_SAMPLING)
     if name == "train_step":
         return lambda: bench_train_step(TrainStepPlan())
-    return lambda: bench_gpu_steps(args.preset, args.warmup, args.steps)
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    return lambda: bench_gpu_steps(args.preset, args.warmup, args.steps, variants=variants)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="gpt2-4090", help="the preset of the gpu_steps section")
     parser.add_argument("--warmup", type=int, default=2, help="gpu_steps: untimed steps per variant")
     parser.add_argument("--steps", type=int, default=4, help="gpu_steps: timed steps per variant")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"gpu_steps: comma-separated, of {list(VARIANTS)}"
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sections.split(",") if n.strip()]
     unknown = [n for n in names if n not in SECTIONS]
@@ -77,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     result = bench_result(sections, command.strip(), "cuda", info, began)
     json_path, md_path = write_results(result, args.out)
     for key, value in result["headline"].items():
-        print(f"{key}: {fmt(value)}  ({HEADLINE_TARGETS.get(key, '')})")
+        if any(key in s["owns"] for s in sections):
+            print(f"{key}: {fmt(value)}  ({HEADLINE_TARGETS.get(key, '')})")
     print(f"wrote {json_path} and {md_path}")
     return 0 if all(s["status"] == "ok" for s in sections) else 1
 

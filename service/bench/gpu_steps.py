@@ -79,6 +79,7 @@ def time_variant(
         sync()
         metrics = trainer.grpo_step(pairs[i * n : (i + 1) * n], rewards)
         sync()
+        print(f"  step {i + 1}/{warmup + steps}: {metrics['step_time_s']:.2f} s", file=sys.stderr, flush=True)
         if i >= warmup:
             rows.append(metrics)
     step_s = statistics.median(r["step_time_s"] for r in rows)
