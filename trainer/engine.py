@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.data.pairs import repeat_fields
@@ -89,6 +90,7 @@ class Trainer:
         self.episodes = episodes
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
+        configure_attention(self.device)
         self.precision = Precision(cfg.precision, self.device, self.policy.width)
         self.model: nn.Module = self.policy.module.to(self.device)
         wrapped: nn.Module = self.model

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from service.bench.isolated import PeakMemory, run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
+from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import PrecisionConfig
 from trainer.data.chess_games import CHESS_ALPHABET
@@ -96,6 +97,7 @@ def run_trial(
     torch.manual_seed(seed)
     precision_cfg = PrecisionConfig(dtype=dtype, tf32=tf32)
     configure_tf32(precision_cfg, dev)
+    configure_attention(dev)  # the kernels the trainer runs with
     precision = Precision(precision_cfg, dev)
     model = GPT(BuiltinModelConfig(size=size, block_size=max(256, seq_len)), TOKENIZER.vocab_size).to(dev)
     forward = maybe_compile(model, device=dev, enabled=compile_, what="the training step benchmark")
