@@ -27,7 +27,10 @@ from trainer.grpo.reward_source import InlineRewards, Rewards
 from trainer.policy.char_tokenizer import CharTokenizer
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "bf16 eager": {},
+    "bf16 eager": {
+        "model": {"compile": False},
+        "sampling": {"compile": False, "cuda_graphs": False},
+    },
     "bf16 + compile + CUDA graphs": {
         "model": {"compile": True},
         "sampling": {"compile": True, "cuda_graphs": True},

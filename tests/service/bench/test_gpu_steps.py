@@ -12,6 +12,8 @@ def test_the_preset_trainer_config_takes_the_variant_on_top():
     assert cfg.model.size == "gpt2" and cfg.precision.dtype == "bf16"
     assert cfg.sampling.compile and cfg.sampling.cuda_graphs and cfg.model.compile
     assert cfg.sampling.group_size == 8  # the preset's own keys stay
+    eager = preset_trainer_config("gpt2-4090", VARIANTS["bf16 eager"])
+    assert not (eager.model.compile or eager.sampling.compile or eager.sampling.cuda_graphs)
 
 
 def test_steps_are_timed_with_tokens_and_phases():
