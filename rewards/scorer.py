@@ -19,7 +19,16 @@ from rewards.config import BUILTIN_COMPONENTS, RewardConfig
 from rewards.fen import fen_validity, similarity
 from rewards.result import BAD_INPUT, ERROR, OK, SKIPPED, TOO_LONG, ScoreResult
 from rewards.signature import RewardParams
-from rewards.styles import VERL, RewardLog, trl_kwargs, trl_list, verl_kwargs, verl_value
+from rewards.styles import (
+    VERL,
+    RewardLog,
+    takes_token_ids,
+    trl_kwargs,
+    trl_list,
+    verl_kwargs,
+    verl_value,
+    without_token_ids,
+)
 from rewards.user_reward import Fields, RewardSkipped, UserReward, UserRewardError, checked_value, user_args
 
 ValidityFn = Callable[[str], tuple[float, str]]
@@ -108,6 +117,7 @@ class Scorer:
         self, user: UserReward, completion: str, target: Any, fields: Fields
     ) -> tuple[tuple, dict[str, Any]]:
         """(args, kwargs) of a per-item reward's call (item or verl style)."""
+        fields = without_token_ids(fields)
         if user.params.style != VERL:
             return user_args(user, completion, target, fields)
         try:
@@ -212,6 +222,12 @@ class Scorer:
     def user_params(self) -> dict[str, RewardParams]:
         """How each user reward is called, by name: which arguments it takes (`rewards.signature`)."""
         return {u.name: u.params for u in self._user}
+
+    @property
+    def takes_token_ids(self) -> bool:
+        """Whether a user reward is called with each completion's token ids (TRL's `completion_ids`):
+        the trainer then sends them with every item."""
+        return any(takes_token_ids(u.params) for u in self._user)
 
     def cache_info(self) -> dict[str, int]:
         """Hits, misses and current size of the validity memo (all 0 when it is disabled)."""

@@ -14,8 +14,9 @@
   (TRL's conversational data). It returns one float per item; None marks that item `skipped`; a
   list of the wrong length, a value that is not a finite number, or a raise marks every item of
   the call `error`. `log_extra(column, values)` and `log_metric(name, value)` are recorded
-  (`RewardLog`). Token ids are not given (the reward workers score text): a function that
-  requires `completion_ids` is refused before the run.
+  (`RewardLog`). `completion_ids` are each completion's sampled token ids (up to and including
+  EOS, as TRL gives them): a run whose rewards take them sends them with every item, in the
+  item's row under that name (TOKEN_IDS); other styles never see that field.
 - `verl`: once per item, `fn(data_source=..., solution_str=completion, ground_truth=target,
   extra_info=...)`, as verl's reward manager calls `compute_score`; it returns a float, or a dict
   whose `score` is the reward (its other numeric keys are recorded).
@@ -46,6 +47,7 @@ AUTO, ITEM, TRL, VERL = "auto", "item", "trl", "verl"
 PROMPT = "prompt"  # the item field holding the prompt (text, or a list of chat messages)
 TRL_GIVEN = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 TRL_MARKS = ("completions", "completion_ids")
+TOKEN_IDS = "completion_ids"  # the row field holding an item's sampled token ids, when the run sends them
 VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 GUIDE = "docs/guides/coming-from-trl-verl.md"
 STYLES = (
@@ -136,13 +138,8 @@ def _keyword_params(
 def _trl_params(signature: inspect.Signature, name: str) -> RewardParams:
     named, any_field = _keyword_params(signature, name, TRL)
     given = [p.name for p in named if p.name in TRL_GIVEN]
-    ids = next((p for p in named if p.name == "completion_ids"), None)
-    if ids is not None and ids.default is ids.empty:
-        raise RewardSignatureError(
-            f"user reward {name!r} requires completion_ids (token ids), which are not given here: the reward "
-            f"workers score completion text; take 'completions' and tokenize them in the function (see {GUIDE})"
-        )
-    if "completions" not in given and not any_field:
+    ids = next((p for p in named if p.name == TOKEN_IDS), None)
+    if "completions" not in given and TOKEN_IDS not in given and not any_field:
         raise RewardSignatureError(
             f"user reward {name!r}: style: trl calls fn(prompts=[...], completions=[...], **columns) -> "
             f"list[float] once per batch, but fn{_show(signature)} takes no 'completions' (nor **kwargs); "
@@ -153,6 +150,8 @@ def _trl_params(signature: inspect.Signature, name: str) -> RewardParams:
     prompts = next((p for p in named if p.name == "prompts"), None)
     if prompts is not None and prompts.default is prompts.empty:
         required.append(PROMPT)
+    if ids is not None and ids.default is ids.empty:
+        required.append(TOKEN_IDS)
     fields = (PROMPT, *(p.name for p in columns if p.name not in (TARGET, PROMPT)))
     if any_field:
         given = list(TRL_GIVEN)
@@ -163,8 +162,21 @@ def _trl_params(signature: inspect.Signature, name: str) -> RewardParams:
         required=tuple(required),
         any_field=any_field,
         style=TRL,
-        given=tuple(g for g in given if g != "completion_ids"),
+        given=tuple(given),
     )
+
+
+def takes_token_ids(params: RewardParams) -> bool:
+    """Whether a reward is called with `completion_ids` (a TRL-style one that names them or takes
+    **kwargs): the run then sends each item's sampled token ids."""
+    return params.style == TRL and TOKEN_IDS in params.given
+
+
+def without_token_ids(row: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The row without the token ids the run may send (for the styles that do not take them)."""
+    if row is None or TOKEN_IDS not in row:
+        return row
+    return {k: v for k, v in row.items() if k != TOKEN_IDS}
 
 
 def _verl_params(signature: inspect.Signature, name: str) -> RewardParams:
@@ -241,6 +253,11 @@ def trl_kwargs(
             kwargs["prompts"] = [r[PROMPT] for r in rows]
         elif PROMPT in params.required:
             raise KeyError(PROMPT)
+    if TOKEN_IDS in given:
+        if all(TOKEN_IDS in r for r in rows):
+            kwargs[TOKEN_IDS] = [list(r[TOKEN_IDS]) for r in rows]
+        elif TOKEN_IDS in params.required:
+            raise KeyError(TOKEN_IDS)
     if "trainer_state" in given:
         kwargs["trainer_state"] = None
     log_extra, log_metric = log.trl_callables(name)

@@ -23,6 +23,7 @@ from rewards.env.check import env_problem
 from service.config import ConfigError, ServiceConfig, load_config
 from service.preflight import reward_problem
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
+from service.preflight.token_ids import encoder_if_needed
 from service.presets import DEFAULT_PRESET, PRESETS
 
 
@@ -110,9 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if task.episodic:
         return _check_environment(task, args.n)
-    trial = run_trial(
-        task.scorer(), sample_items(pairs, args.n), deadline_s=item_deadline_s(cfg.pool), repeats=2
-    )
+    scorer = task.scorer()
+    items = sample_items(pairs, args.n, encoder_if_needed(cfg, task, scorer))
+    trial = run_trial(scorer, items, deadline_s=item_deadline_s(cfg.pool), repeats=2)
     print("\n".join(report(cfg, trial, args.n)), flush=True)
     problem = reward_problem(trial, item_deadline_s(cfg.pool), cfg.pool.error_rate_threshold)
     if problem:

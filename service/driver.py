@@ -284,6 +284,7 @@ class RunDriver:
             train_pairs=refs,
             checkpoint_dir=str(checkpoint_root(self.cfg)),
             scorer=self._scorer,
+            reward_token_ids=bool(self._scorer is not None and self._scorer.takes_token_ids),
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
             sampling_threads=self.cfg.scaling.sampling_threads,

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
-from trainer.data.pairs import repeat_fields
+from trainer.data.pairs import row_fields
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
@@ -49,7 +49,7 @@ from trainer.sampling.episodes import (
     generate_episode_batches,
 )
 from trainer.sampling.logprobs import completion_logprobs
-from trainer.sampling.rollout import Rollout
+from trainer.sampling.rollout import Rollout, completion_token_ids
 from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import completions_text, generate
 from trainer.sampling.stop import apply_stop_strings
@@ -76,18 +76,21 @@ class Trainer:
         stop: Sequence[str] = (),
         policy: Policy | None = None,
         episodes: EpisodeHost | None = None,
+        reward_token_ids: bool = False,
     ) -> None:
         """The policy is `policy`, else built from cfg.model (the built-in GPT over `tokenizer`,
         initial weights drawn from cfg.seed). stop: the task's stop strings; a completion ends at
         the first one (`trainer.sampling.stop`). episodes: where multi-turn episodes run (an
         environment task): each sample is then an episode, a stop string ends a turn, and the
-        episode's result is its reward (`trainer.sampling.episodes`)."""
+        episode's result is its reward (`trainer.sampling.episodes`). reward_token_ids: every
+        completion goes to the rewards with its sampled ids (`trainer.data.pairs.row_fields`)."""
         self.cfg = cfg
         self.device = _resolve_device(device)
         self.policy = policy if policy is not None else build_policy(cfg, tokenizer)
         self.tokenizer = self.policy.tokenizer
         self.stop = tuple(stop)
         self.episodes = episodes
+        self.reward_token_ids = reward_token_ids
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         configure_attention(self.device)
@@ -149,6 +152,10 @@ class Trainer:
     def _no_sync(self, skip_sync: bool):
         """DDP: accumulate gradients locally on all but the last micro-batch of an optimiser step."""
         return self.ddp.no_sync() if (self.ddp is not None and skip_sync) else contextlib.nullcontext()
+
+    def token_ids_for_rewards(self, rollout: Rollout) -> list[list[int]] | None:
+        """Each row's sampled ids when the rewards take them (reward_token_ids), else None."""
+        return completion_token_ids(rollout) if self.reward_token_ids else None
 
     def completions(self, rollout: Rollout) -> tuple[Rollout, list[str]]:
         """Each row's text for the scorer, and the rollout ending where that text ends (EOS or stop string)."""
@@ -220,7 +227,8 @@ class Trainer:
                 )
             rollout, texts = self.completions(rollout)
             targets = [p.target for p in chunk for _ in range(cfg.group_size)]
-            tickets.append(rewards.submit(texts, targets, fields=repeat_fields(chunk, cfg.group_size)))
+            fields = row_fields(chunk, cfg.group_size, self.token_ids_for_rewards(rollout))
+            tickets.append(rewards.submit(texts, targets, fields=fields))
             rollouts.append(rollout)
         return rollouts, tickets
 

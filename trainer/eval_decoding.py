@@ -47,8 +47,8 @@ def evaluate_pairs(
     """
     if trainer.episodes is not None:
         return _evaluate_episodes(trainer, pairs, n_samples)
-    completions = _complete(trainer, pairs, 1, greedy=True)
-    summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by)
+    completions, ids = _complete(trainer, pairs, 1, greedy=True)
+    summary = greedy_summary(pairs, completions, score_fn, n_samples, metrics_fn, group_by, ids)
     if sample_k:
         summary.update(_sampled_eval(trainer, pairs, score_fn, sample_k))
     return summary
@@ -76,21 +76,25 @@ def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -
 
 def _complete(
     trainer: Trainer, pairs: Sequence[Any], k: int, greedy: bool, generator: torch.Generator | None = None
-) -> list[str]:
-    """k completions of each pair (rows pair after pair), decoded for the scorer."""
+) -> tuple[list[str], list[list[int]] | None]:
+    """k completions of each pair (rows pair after pair), decoded for the scorer, and their token
+    ids where the rewards take them (else None)."""
     cfg = trainer.cfg.sampling.model_copy(update={"group_size": k})
     completions: list[str] = []
+    ids: list[list[int]] = []
     for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
         prompts = [trainer.tokenizer.encode_prompt(p.prompt) for p in chunk]
         with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
             rollout = generate(trainer.policy, prompts, cfg, generator=generator, greedy=greedy)
-        completions.extend(trainer.completions(rollout)[1])
-    return completions
+        rollout, texts = trainer.completions(rollout)
+        completions.extend(texts)
+        ids.extend(trainer.token_ids_for_rewards(rollout) or [])
+    return completions, ids if trainer.reward_token_ids else None
 
 
 def _sampled_eval(trainer: Trainer, pairs: Sequence[Any], score_fn, k: int) -> dict[str, Any]:
     """pass@1, pass@k and mean@k of k completions per pair at the training temperature."""
     generator = torch.Generator(device=trainer.device)
     generator.manual_seed(derived_seed(trainer.cfg.seed, -2, trainer.sft_steps, trainer.grpo_steps))
-    completions = _complete(trainer, pairs, k, greedy=False, generator=generator)
-    return sampled_summary(pairs, completions, score_fn, k, trainer.cfg.grpo.eval_pass_reward)
+    completions, ids = _complete(trainer, pairs, k, greedy=False, generator=generator)
+    return sampled_summary(pairs, completions, score_fn, k, trainer.cfg.grpo.eval_pass_reward, ids)

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.data.pairs import repeat_fields
+from trainer.data.pairs import row_fields
 from trainer.grpo.reward_source import Rewards, call_scorer
 
 
@@ -148,12 +148,17 @@ def _usable(scored: Any) -> list[bool]:
 
 
 def score_completions(
-    pairs: Sequence[Any], completions: Sequence[str], score_fn, k: int
+    pairs: Sequence[Any],
+    completions: Sequence[str],
+    score_fn,
+    k: int,
+    token_ids: Sequence[list[int]] | None = None,
 ) -> tuple[Any, list[float], list[str] | None, list[bool]]:
-    """Score k completions of each pair (rows pair after pair): (what the scorer returned, rewards,
-    statuses or None, which rewards are usable)."""
+    """Score k completions of each pair (rows pair after pair; token_ids: each row's sampled ids,
+    for rewards that take them): (what the scorer returned, rewards, statuses or None, which
+    rewards are usable)."""
     targets = [p.target for p in pairs for _ in range(k)]
-    scored = call_scorer(score_fn, list(completions), targets, repeat_fields(pairs, k))
+    scored = call_scorer(score_fn, list(completions), targets, row_fields(pairs, k, token_ids))
     values, statuses = normalise_scores(scored, len(completions))
     usable = list(scored.usable) if isinstance(scored, Rewards) else _usable(scored)
     return scored, values, statuses, usable
@@ -166,10 +171,11 @@ def greedy_summary(
     n_samples: int,
     metrics_fn: Callable[[Any], dict[str, Any]] | None = None,
     group_by: tuple[str, Callable[[str], str]] | None = None,
+    token_ids: Sequence[list[int]] | None = None,
 ) -> dict[str, Any]:
     """`summarise_eval` of one greedy completion per pair, plus what the task's `metrics_fn(scorer
     output)` adds and, with group_by (name, prompt -> key), `by_<name>`: the figures per key."""
-    scored, values, statuses, usable = score_completions(pairs, completions, score_fn, 1)
+    scored, values, statuses, usable = score_completions(pairs, completions, score_fn, 1, token_ids)
     targets = [p.target for p in pairs]
     summary = summarise_eval(
         [p.prompt for p in pairs], targets, completions, values, statuses, n_samples, usable
@@ -184,8 +190,13 @@ def greedy_summary(
 
 
 def sampled_summary(
-    pairs: Sequence[Any], completions: Sequence[str], score_fn, k: int, pass_reward: float
+    pairs: Sequence[Any],
+    completions: Sequence[str],
+    score_fn,
+    k: int,
+    pass_reward: float,
+    token_ids: Sequence[list[int]] | None = None,
 ) -> dict[str, Any]:
     """`sampled_figures` of k sampled completions per pair."""
-    _, values, _, usable = score_completions(pairs, completions, score_fn, k)
+    _, values, _, usable = score_completions(pairs, completions, score_fn, k, token_ids)
     return sampled_figures(values, usable, k, k, pass_reward)

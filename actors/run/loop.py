@@ -67,6 +67,7 @@ class LoopSpec:
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
     sampling_threads: int | str | None = None  # None: the rule; "auto": timed (`actors.run.threads`)
     scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
+    reward_token_ids: bool = False  # the rewards take each completion's token ids (TRL's completion_ids)
 
 
 def runtime_settings(trainer: Trainer) -> dict[str, Any]:
@@ -133,7 +134,12 @@ class WorkerLoop:
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
         episodes = spec.task.episode_host(self.pool)  # an environment task's: samples are episodes
         self.trainer = Trainer(
-            spec.trainer, device=self.device, stop=spec.task.stop, policy=policy, episodes=episodes
+            spec.trainer,
+            device=self.device,
+            stop=spec.task.stop,
+            policy=policy,
+            episodes=episodes,
+            reward_token_ids=spec.reward_token_ids,
         )
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))

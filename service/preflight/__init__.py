@@ -23,6 +23,7 @@ from rewards.result import ERROR, TIMEOUT
 from service.config import ConfigError
 from service.preflight.relations import relation_problems
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
+from service.preflight.token_ids import Encoder, encoder_if_needed
 
 PREFLIGHT_ITEMS = 8  # sample items scored before a run
 PREFLIGHT_RATE_ITEMS = 64  # ...or this many when some of them failed, to measure the failed share
@@ -68,16 +69,22 @@ def reward_problem(trial: TrialResult, deadline_s: float, error_rate_threshold: 
 
 
 def try_rewards(
-    scorer: Any, pairs: Sequence[Any], pool: PoolConfig, *, n: int = PREFLIGHT_ITEMS
+    scorer: Any,
+    pairs: Sequence[Any],
+    pool: PoolConfig,
+    *,
+    n: int = PREFLIGHT_ITEMS,
+    encode: Encoder | None = None,
 ) -> TrialResult:
-    """Score up to `n` sample items (fewer once PREFLIGHT_BUDGET_S is spent); PreflightError if unusable."""
+    """Score up to `n` sample items (fewer once PREFLIGHT_BUDGET_S is spent); PreflightError if
+    unusable. encode: each sample completion's token ids, for rewards that take them."""
     deadline_s = item_deadline_s(pool)
-    trial = _trial(scorer, sample_items(pairs, n), deadline_s)
+    trial = _trial(scorer, sample_items(pairs, n, encode), deadline_s)
     failed = trial.statuses[ERROR] + trial.statuses[TIMEOUT]
     if 0 < failed < trial.scored and trial.hung is None and n < PREFLIGHT_RATE_ITEMS:
         # Some items failed: a share measured on a few items is too coarse to hold against
         # pool.error_rate_threshold, so it is measured again on more (as long as the budget lasts).
-        trial = _trial(scorer, sample_items(pairs, PREFLIGHT_RATE_ITEMS), deadline_s)
+        trial = _trial(scorer, sample_items(pairs, PREFLIGHT_RATE_ITEMS, encode), deadline_s)
     problem = reward_problem(trial, deadline_s, pool.error_rate_threshold)
     if problem:
         raise PreflightError(problem)
@@ -114,7 +121,9 @@ def check_run(
         if problem:
             raise PreflightError(f"task.env: {problem}")
         return cfg.pool
-    trial = try_rewards(task.scorer(), list(train_pairs or eval_set), cfg.pool)
+    scorer = task.scorer()
+    encode = encoder_if_needed(cfg, task, scorer)
+    trial = try_rewards(scorer, list(train_pairs or eval_set), cfg.pool, encode=encode)
     cost = trial.mean_cost
     pool = chunks_for_cost(cfg.pool, cost)
     if pool.chunk_size < cfg.grpo.prompts_per_step * cfg.sampling.group_size:  # a step's calls change

@@ -12,13 +12,14 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors.pool.worker_watch import capture_output
 from rewards import Scorer, ScoreResult
 from rewards.result import ERROR
+from rewards.styles import TOKEN_IDS
 
 
 @dataclass(frozen=True)
@@ -28,16 +29,23 @@ class TrialItem:
     fields: dict[str, Any] | None
 
 
-def sample_items(pairs: Sequence[Any], n: int) -> list[TrialItem]:
+def sample_items(
+    pairs: Sequence[Any], n: int, encode: Callable[[str], list[int] | None] | None = None
+) -> list[TrialItem]:
     """`n` items from pairs spread over the data, the completion taking turns: the target, half of
-    it, '' and the prompt."""
+    it, '' and the prompt. encode: for rewards that take token ids, each completion's ids
+    (`service.preflight.token_ids`), given in the item's fields as a run gives them."""
     items: list[TrialItem] = []
     for i in range(n if pairs else 0):
         pair = pairs[(i * len(pairs)) // n] if n <= len(pairs) else pairs[i % len(pairs)]
         target = pair.target
         text = target if isinstance(target, str) else ""
         completion = (text, text[: len(text) // 2], "", pair.prompt)[i % 4]
-        items.append(TrialItem(completion, target, getattr(pair, "fields", None)))
+        fields = getattr(pair, "fields", None)
+        ids = encode(completion) if encode is not None else None
+        if ids is not None:
+            fields = {**(fields or {}), TOKEN_IDS: ids}
+        items.append(TrialItem(completion, target, fields))
     return items
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewards import Scorer
+from rewards.styles import TOKEN_IDS
 from trainer.data.pairs import Pair
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ def check_reward_fields(scorer: Scorer, lacking: Callable[[str], str | None]) ->
     """
     for name, params in scorer.user_params.items():
         for needed in params.required:
+            if needed == TOKEN_IDS:  # the run sends them with every item (`rewards.styles`)
+                continue
             where = lacking(needed)
             if where is not None:
                 raise ValueError(f"reward.user: {name!r} takes {needed!r}, which {where} lacks")

@@ -9,6 +9,8 @@ import pytest
 
 from rewards import ERROR, OK, SKIPPED, TIMEOUT, RewardConfig, RewardSpecError, UserRewardScorer
 from rewards.concurrent import score_batch_concurrent
+from rewards.styles import TOKEN_IDS
+from trainer.data.pairs import TOKEN_IDS_FIELD
 
 trl_rewards = pytest.importorskip("trl.rewards")
 EX = "examples.rewards.trl_verl"
@@ -197,17 +199,51 @@ def test_a_declared_style_that_does_not_fit_is_refused_in_one_line(fn, style, me
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_reward_that_requires_token_ids_is_refused_naming_the_fix():
+def test_trls_token_id_rewards_get_each_items_completion_ids_from_its_row():
     from rewards import register_reward, unregister_reward
 
     register_reward("overlong", trl_rewards.get_soft_overlong_punishment(20, 5), replace=True)
     try:
-        with pytest.raises(
-            RewardSpecError, match="requires completion_ids .* take 'completions' and tokenize"
-        ):
-            scorer("overlong")
+        s = scorer("overlong")
+        assert (
+            s.takes_token_ids and TOKEN_IDS == TOKEN_IDS_FIELD
+        )  # the trainer sends the field the rewards read
+        rows = [{TOKEN_IDS: [7] * n} for n in (10, 18, 30)]  # short, in the soft zone, past the cap
+        got = s.score_batch(["a", "b", "c"], [None] * 3, rows)
+        assert statuses(got) == [OK, OK, OK] and [r.total for r in got] == [0.0, -0.6, -1.0]
+        missing = s.score_batch(["a"], [None], [{}])  # scored where no ids were sent: said, not a zero
+        assert statuses(missing) == [ERROR] and "needs 'completion_ids'" in missing[0].reason
     finally:
         unregister_reward("overlong")
+
+
+def test_trl_rewards_with_kwargs_get_token_ids_as_in_trl_and_other_styles_never_see_them():
+    assert scorer(
+        "trl.rewards:think_format_reward"
+    ).takes_token_ids  # fn(completions, **kwargs): TRL gives them
+    assert not scorer(f"{EX}:compute_score").takes_token_ids
+    seen = []
+
+    def any_kwargs(completion, target, **fields):
+        seen.append(sorted(fields))
+        return 1.0
+
+    def lists_only(completions, prompts=None):
+        return [1.0] * len(completions)
+
+    from rewards import register_reward, unregister_reward
+
+    register_reward("any_kwargs", any_kwargs, replace=True)
+    register_reward("lists_only", lists_only, replace=True)
+    try:
+        assert not scorer("lists_only").takes_token_ids
+        s = scorer("any_kwargs")
+        assert not s.takes_token_ids
+        assert statuses(s.score_batch(["a"], ["t"], [{"x": 1, TOKEN_IDS: [1, 2]}])) == [OK]
+        assert seen == [["x"]]
+    finally:
+        unregister_reward("any_kwargs")
+        unregister_reward("lists_only")
 
 
 def test_a_reward_taking_one_argument_is_refused_naming_the_styles():

@@ -1,5 +1,6 @@
-"""A whole run of the text task scored by a reward written for TRL (one call per chunk, lists in,
-a list of floats out), in the reward pool's workers."""
+"""Whole runs of the text task scored by rewards written for TRL (one call per chunk, lists in, a
+list of floats out) in the reward pool's workers: one on the completions' text, one of TRL's own on
+their token ids."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
+def run_text_task(tmp_path, reward: str):
+    """A smoke run of the text task (reverse short words) with one user reward; its run directory."""
     rng = random.Random(0)
     words = {"".join(rng.choice("abcd") for _ in range(rng.randint(2, 4))) for _ in range(200)}
     rows = [{"prompt": w + "=", "target": w[::-1]} for w in sorted(words)]
@@ -27,7 +29,7 @@ def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
     sets = [
         "task.name=text",
         f"task.path={tmp_path / 'train.jsonl'}",
-        "reward.user=[{fn: 'examples.rewards.trl_verl:reverse_reward'}]",
+        f"reward.user=[{{fn: '{reward}'}}]",
         "data.eval_size=8",
         "model.block_size=16",
         "sampling.max_new_tokens=5",
@@ -45,9 +47,24 @@ def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "run on the pool" in result.stdout  # scored in the pool's workers, not in process
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded"
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
+    return run_dir
+
+
+def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
+    run_dir = run_text_task(tmp_path, "examples.rewards.trl_verl:reverse_reward")
     grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
     assert grpo and all(0.0 <= m["reward_mean"] <= 1.0 for m in grpo)
     evals = read_jsonl(run_dir / "eval.jsonl")
     assert evals and all(e["valid_rate"] == 1.0 for e in evals)  # every item scored by the TRL call
+
+
+def test_trls_own_reward_on_completion_ids_gets_the_sampled_token_ids(tmp_path):
+    pytest.importorskip("trl.rewards")
+    run_dir = run_text_task(tmp_path, "examples.rewards.trl_token_ids:overlong")
+    grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
+    # reversed words of 2-4 letters and EOS: 3-5 token ids, so the punishment is -0.5 or -1 mostly
+    assert grpo and all(-1.0 <= m["reward_mean"] <= 0.0 for m in grpo)
+    assert any(m["reward_mean"] < 0 for m in grpo)
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    assert evals and all(e["valid_rate"] == 1.0 for e in evals)  # every item had its ids: none `error`

@@ -98,7 +98,6 @@ def test_a_column_the_trl_reward_needs_and_the_data_lacks_is_refused(tmp_path):
     [
         (f"{EX}:reverse_reward", "item", "style: item calls fn(completion, target) once per item"),
         (f"{EX}:compute_score", "trl", "takes no 'completions' (nor **kwargs)"),
-        ("overlong", "auto", "requires completion_ids (token ids), which are not given here"),
     ],
 )
 def test_the_driver_refuses_a_style_that_does_not_fit_with_exit_2_and_one_line(

@@ -51,6 +51,25 @@ def repeat_fields(pairs: Sequence[Any], k: int) -> list[Any] | None:
     return [f for f in fields for _ in range(k)]
 
 
+# The row field that carries a completion's sampled token ids to the rewards that take them (TRL's
+# `completion_ids`; `rewards.styles.TOKEN_IDS` names the same field on the rewards' side).
+TOKEN_IDS_FIELD = "completion_ids"
+
+
+def row_fields(
+    pairs: Sequence[Any], k: int, token_ids: Sequence[list[int]] | None = None
+) -> list[Any] | None:
+    """What the rewards get as each row's fields: its pair's data fields (`repeat_fields`), and with
+    token_ids (one list per row, rows pair after pair) each row's own ids under TOKEN_IDS_FIELD."""
+    fields = repeat_fields(pairs, k)
+    if token_ids is None:
+        return fields
+    return [
+        {**(f or {}), TOKEN_IDS_FIELD: ids}
+        for f, ids in zip(fields or [None] * len(token_ids), token_ids, strict=True)
+    ]
+
+
 class LoadReport(NamedTuple):
     pairs: list[Pair]
     skipped: int  # malformed games (PGN) or bad lines (JSONL)

@@ -39,3 +39,9 @@ class Rollout(NamedTuple):
 def completions_text(rollout: Rollout, tokenizer: CharTokenizer) -> list[str]:
     """Each row's completion decoded up to (not including) its EOS."""
     return [tokenizer.decode(row, stop_at_eos=True) for row in rollout.completion_ids.cpu().tolist()]
+
+
+def completion_token_ids(rollout: Rollout) -> list[list[int]]:
+    """Each row's sampled completion ids up to and including its EOS (as TRL gives completion_ids)."""
+    ids, mask = rollout.completion_ids.cpu().tolist(), rollout.completion_mask.cpu().tolist()
+    return [[t for t, m in zip(row, keep, strict=True) if m] for row, keep in zip(ids, mask, strict=True)]

@@ -1,0 +1,23 @@
+"""The sample items a reward is tried on before a run carry token ids when a reward takes them."""
+
+from types import SimpleNamespace
+
+from rewards.styles import TOKEN_IDS
+from service.preflight.reward_trial import sample_items
+from service.preflight.token_ids import completion_encoder
+from trainer.data.pairs import FieldPair
+from trainer.policy.char_tokenizer import CharTokenizer
+
+
+def test_each_sample_completion_gets_the_ids_the_sampler_would_give_it():
+    task = SimpleNamespace(alphabet="abc=")
+    cfg = SimpleNamespace(model=SimpleNamespace(source="builtin"))
+    encode = completion_encoder(cfg, task)
+    tok = CharTokenizer("abc=")
+    pairs = [FieldPair("ab=", "ba", {"x": 1})]
+    items = sample_items(pairs, 4, encode)
+    assert [i.completion for i in items] == ["ba", "b", "", "ab="]
+    assert [i.fields[TOKEN_IDS] for i in items] == [[*tok.encode(i.completion), tok.eos_id] for i in items]
+    assert all(i.fields["x"] == 1 for i in items) and pairs[0].fields == {"x": 1}
+    assert encode("z") is None  # outside the alphabet: the item goes without ids, and its reward says so
+    assert sample_items(pairs, 1)[0].fields == {"x": 1}  # no encoder: the row as it is
