@@ -51,6 +51,7 @@ class EpisodeCalls:
 
     task_name = "env"
     concurrent = False
+    takes_token_ids = False  # an episode's result is its reward: no scored item carries ids
 
     def __init__(
         self, env: str, *, max_turns: int, reward_mode: str = "sum", step_timeout_s: float | None = None
