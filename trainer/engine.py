@@ -26,11 +26,10 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
-from trainer.data.pairs import row_fields
 from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
-from trainer.grpo.episode_rewards import episode_figures, episode_rewards
+from trainer.grpo.episode_rewards import episode_figures
 from trainer.grpo.reward_source import Rewards, RewardSource
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
@@ -41,20 +40,14 @@ from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
+from trainer.rollouts import completion_texts, play_episode_chunks, reward_token_ids_of, sample_pairs
 from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
 from trainer.sampling.episodes import (
-    EpisodeBatch,
     EpisodeHost,
-    Episodes,
-    generate_episode_batches,
 )
 from trainer.sampling.logprobs import completion_logprobs
-from trainer.sampling.rollout import Rollout, completion_token_ids
-from trainer.sampling.row_noise import row_keys
-from trainer.sampling.sampler import completions_text, generate
-from trainer.sampling.stop import apply_stop_strings
+from trainer.sampling.rollout import Rollout
 from trainer.sft import build_sft_batch, sft_loss_sum
-from trainer.threads import torch_threads
 
 
 def _resolve_device(device: torch.device | str) -> torch.device:
@@ -153,16 +146,6 @@ class Trainer:
         """DDP: accumulate gradients locally on all but the last micro-batch of an optimiser step."""
         return self.ddp.no_sync() if (self.ddp is not None and skip_sync) else contextlib.nullcontext()
 
-    def token_ids_for_rewards(self, rollout: Rollout) -> list[list[int]] | None:
-        """Each row's sampled ids when the rewards take them (reward_token_ids), else None."""
-        return completion_token_ids(rollout) if self.reward_token_ids else None
-
-    def completions(self, rollout: Rollout) -> tuple[Rollout, list[str]]:
-        """Each row's text for the scorer, and the rollout ending where that text ends (EOS or stop string)."""
-        if self.stop:
-            return apply_stop_strings(rollout, self.tokenizer, self.stop)
-        return rollout, completions_text(rollout, self.tokenizer)
-
     def _finish(self, metrics: DeviceMetrics, opt: GuardedOptimizer | None) -> dict[str, float]:
         """The step's single device-to-host transfer, then the consecutive-skip check."""
         host = metrics.to_host()
@@ -201,64 +184,11 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- GRPO
-    def sample(
-        self, pairs: Sequence[Any], rewards: RewardSource, first_index: int = 0
-    ) -> tuple[list[Rollout], list[Any]]:
-        """Roll out `pairs` in micro-batches of sampling.prompts_per_microbatch prompts, submitting
-        each micro-batch's completions for scoring as soon as it is decoded.
-
-        Row r of prompt i (pairs[i] is prompt first_index + i of the step) draws its own noise,
-        keyed by (seed, GRPO step, first_index + i, r): the tokens do not depend on the micro-batch
-        size or the number of ranks (`trainer.sampling.row_noise`).
-        """
-        cfg = self.cfg.sampling
-        if self.episodes is not None:  # the episode's result is its reward: nothing to submit
-            return self._sample_episodes(pairs, first_index)
-        rollouts, tickets = [], []
-        for start in range(0, len(pairs), cfg.prompts_per_microbatch):
-            chunk = pairs[start : start + cfg.prompts_per_microbatch]
-            keys = row_keys(
-                self.cfg.seed, self.grpo_steps, first_index + start, len(chunk), cfg.group_size, self.device
-            )
-            prompts = [self.tokenizer.encode_prompt(p.prompt) for p in chunk]
-            with self.precision.autocast(), torch_threads(self.sampling_threads):
-                rollout = generate(
-                    self.policy, prompts, cfg, row_keys=keys, stop_at_eos=not self.fixed_length
-                )
-            rollout, texts = self.completions(rollout)
-            targets = [p.target for p in chunk for _ in range(cfg.group_size)]
-            fields = row_fields(chunk, cfg.group_size, self.token_ids_for_rewards(rollout))
-            tickets.append(rewards.submit(texts, targets, fields=fields))
-            rollouts.append(rollout)
-        return rollouts, tickets
-
-    def _sample_episodes(self, pairs: Sequence[Any], first_index: int) -> tuple[list[Rollout], list[Rewards]]:
-        """`sample` for an environment task: each micro-batch's episodes and their rewards (the
-        micro-batches decode two at a time where the host answers asynchronously)."""
-        cfg, ppm = self.cfg.sampling, self.cfg.sampling.prompts_per_microbatch
-        chunks = [pairs[start : start + ppm] for start in range(0, len(pairs), ppm)]
-        keys = [
-            row_keys(
-                self.cfg.seed, self.grpo_steps, first_index + n * ppm, len(c), cfg.group_size, self.device
-            )
-            for n, c in enumerate(chunks)
-        ]
-        outs = self.play_episodes(chunks, cfg, keys)
-        return [o.rollout for o in outs], [episode_rewards(o.results, o.env_wait_s) for o in outs]
-
-    def play_episodes(
-        self, chunks: Sequence[Sequence[Any]], cfg, keys: Sequence[Tensor | None], greedy: bool = False
-    ) -> list[Episodes]:
-        """The episodes of each chunk of pairs (cfg.group_size each), one micro-batch per chunk;
-        keys: each chunk's row noise (None: greedy)."""
-        batches = [
-            EpisodeBatch([p.prompt for p in chunk], [getattr(p, "fields", None) or {} for p in chunk], k)
-            for chunk, k in zip(chunks, keys, strict=True)
-        ]
-        with self.precision.autocast(), torch_threads(self.sampling_threads):
-            return generate_episode_batches(
-                self.policy, self.episodes, batches, cfg, self.stop, greedy=greedy
-            )
+    # a step's samples, decoded or played as episodes and handed to the rewards (trainer.rollouts)
+    sample = sample_pairs
+    play_episodes = play_episode_chunks
+    completions = completion_texts
+    token_ids_for_rewards = reward_token_ids_of
 
     def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
         """Time a short greedy decode of `prompt` under each thread count, and sample with the
