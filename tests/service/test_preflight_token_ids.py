@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from rewards.styles import TOKEN_IDS
 from service.preflight.reward_trial import sample_items
 from service.preflight.token_ids import completion_encoder
@@ -21,3 +23,17 @@ def test_each_sample_completion_gets_the_ids_the_sampler_would_give_it():
     assert all(i.fields["x"] == 1 for i in items) and pairs[0].fields == {"x": 1}
     assert encode("z") is None  # outside the alphabet: the item goes without ids, and its reward says so
     assert sample_items(pairs, 1)[0].fields == {"x": 1}  # no encoder: the row as it is
+
+
+def test_an_hf_run_encodes_the_sample_completions_with_its_own_tokenizer(tmp_path):
+    pytest.importorskip("transformers")
+    from service.config import load_config, prompt_format
+    from trainer.policy.hf import load_tokenizer
+    from trainer.policy.hf_tiny import write_tiny_model
+    from trainer.policy.hf_tokenizer import HFTokenizer
+
+    path = write_tiny_model(tmp_path / "tiny", "gpt2", positions=96)
+    cfg = load_config("hf-smoke", overrides=[f"model.path={path}"])
+    ids = completion_encoder(cfg, task=None)("e4 e5")
+    tok = HFTokenizer(load_tokenizer(cfg.model), prompt_format(cfg))
+    assert ids[-1] == tok.eos_id and tok.decode(ids) == "e4 e5"
