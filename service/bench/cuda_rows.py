@@ -21,7 +21,11 @@ from service.bench.gpu_steps import TITLE as STEPS_TITLE
 from service.bench.gpu_steps import VARIANTS, bench_gpu_steps
 from service.bench.machine import machine_info
 from service.bench.results import HEADLINE_TARGETS, fmt, markdown_table, write_results
+from service.bench.sampling import HEADLINE as SAMPLING_HEADLINE
+from service.bench.sampling import TITLE as SAMPLING_TITLE
 from service.bench.sampling import SamplingPlan, bench_sampling
+from service.bench.train_step import HEADLINE as STEP_HEADLINE
+from service.bench.train_step import TITLE as STEP_TITLE
 from service.bench.train_step import TrainStepPlan, bench_train_step
 
 # The 124M model decodes 16 prompts x 8 in fp32: its full-recomputation row stays a few seconds a call.
@@ -31,8 +35,8 @@ CUDA_SAMPLING = SamplingPlan(
 
 # name -> (title, the headline keys it owns)
 SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "sampling": ("2. Sampling: full recomputation vs KV cache", ("kv_cache_speedup",)),
-    "train_step": ("3. Training step by numeric mode", ("bf16_vs_fp32_speedup", "mfu")),
+    "sampling": (SAMPLING_TITLE, SAMPLING_HEADLINE),
+    "train_step": (STEP_TITLE, STEP_HEADLINE),
     "gpu_steps": (STEPS_TITLE, ()),
 }
 
@@ -71,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     sections = []
     for name in names:
         title, owns = SECTIONS[name]
-        sections += run_section(name, (title,), owns, _section_fn(name, args))
-        for section in sections[-1:]:  # each section's tables as soon as it ends: a cut-off run keeps them
+        done = run_section(name, (title,), owns, _section_fn(name, args))
+        sections += done
+        for section in done:  # each section's tables as soon as it ends: a cut-off run keeps them
             print(f"{name}: {section['status']} in {section['elapsed_s']:.0f} s {section['error'] or ''}")
             print(
                 "\n".join(line for table in section["tables"] for line in markdown_table(table)), flush=True

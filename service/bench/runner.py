@@ -28,25 +28,21 @@ from service.bench.reward import bench_reward
 from service.bench.reward_cost import HEADLINE as COST_HEADLINE
 from service.bench.reward_cost import TITLE as COST_TITLE
 from service.bench.reward_cost import bench_reward_cost
+from service.bench.sampling import HEADLINE as SAMPLING_HEADLINE
+from service.bench.sampling import TITLE as SAMPLING_TITLE
 from service.bench.sampling import bench_sampling
 from service.bench.sandbox import HEADLINE as SANDBOX_HEADLINE
 from service.bench.sandbox import TITLE as SANDBOX_TITLE
 from service.bench.sandbox import bench_sandbox
+from service.bench.train_step import HEADLINE as STEP_HEADLINE
+from service.bench.train_step import TITLE as STEP_TITLE
 from service.bench.train_step import bench_train_step
 
 # section name -> (titles of the sections it produces, headline keys they own, how to run it)
 _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan], Any]]] = {
     "reward": (("1. Reward scoring",), ("pool2_vs_inprocess",), lambda p: bench_reward(p.reward)),
-    "sampling": (
-        ("2. Sampling: full recomputation vs KV cache",),
-        ("kv_cache_speedup",),
-        lambda p: bench_sampling(p.sampling),
-    ),
-    "train_step": (
-        ("3. Training step by numeric mode",),
-        ("bf16_vs_fp32_speedup", "mfu"),
-        lambda p: bench_train_step(p.train_step),
-    ),
+    "sampling": ((SAMPLING_TITLE,), SAMPLING_HEADLINE, lambda p: bench_sampling(p.sampling)),
+    "train_step": ((STEP_TITLE,), STEP_HEADLINE, lambda p: bench_train_step(p.train_step)),
     "grpo": (
         ("4. A whole GRPO step", "5. Ablation: one optimisation at a time"),
         GRPO_HEADLINE,

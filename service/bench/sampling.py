@@ -31,6 +31,8 @@ from trainer.threads import torch_threads
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)
 
 MODES = ("full", "kv, prefill per row", "kv, shared prefill")
+TITLE = "2. Sampling: full recomputation vs KV cache"
+HEADLINE = ("kv_cache_speedup",)
 TARGET_KV_SPEEDUP = 5.0
 
 
@@ -92,9 +94,7 @@ def measure_size(size: str, plan: SamplingPlan) -> dict[str, Any]:
 
 
 def bench_sampling(plan: SamplingPlan) -> dict[str, Any]:
-    section = new_section(
-        "sampling", "2. Sampling: full recomputation vs KV cache", owns=("kv_cache_speedup",)
-    )
+    section = new_section("sampling", TITLE, owns=HEADLINE)
     results = {size: measure_size(size, plan) for size in plan.sizes}
     rows = []
     for size, r in results.items():

@@ -29,6 +29,8 @@ from trainer.policy.gpt import GPT
 from trainer.precision import Precision, configure_tf32, resolve_dtype
 
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)
+TITLE = "3. Training step by numeric mode"
+HEADLINE = ("bf16_vs_fp32_speedup", "mfu")
 
 # Dense bf16 tensor-core peaks (TFLOP/s) by device name; more specific names first.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
@@ -166,9 +168,7 @@ def _modes(plan: TrainStepPlan, device: str) -> tuple[tuple[str, ...], tuple[int
 
 
 def bench_train_step(plan: TrainStepPlan) -> dict[str, Any]:
-    section = new_section(
-        "train_step", "3. Training step by numeric mode", owns=("bf16_vs_fp32_speedup", "mfu")
-    )
+    section = new_section("train_step", TITLE, owns=HEADLINE)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sizes, (batch, seq_len), modes = _modes(plan, device)
     results: dict[str, dict[str, Any]] = {}
