@@ -39,16 +39,7 @@ def sample_pairs(
     if trainer.episodes is not None:  # the episode's result is its reward: nothing to submit
         return _sample_episodes(trainer, pairs, first_index)
     rollouts, tickets = [], []
-    for start in range(0, len(pairs), cfg.prompts_per_microbatch):
-        chunk = pairs[start : start + cfg.prompts_per_microbatch]
-        keys = row_keys(
-            trainer.cfg.seed,
-            trainer.grpo_steps,
-            first_index + start,
-            len(chunk),
-            cfg.group_size,
-            trainer.device,
-        )
+    for chunk, keys in _microbatches(trainer, pairs, first_index):
         prompts = [trainer.tokenizer.encode_prompt(p.prompt) for p in chunk]
         with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
             rollout = generate(
@@ -67,21 +58,31 @@ def _sample_episodes(
 ) -> tuple[list[Rollout], list[Rewards]]:
     """`sample_pairs` for an environment task: each micro-batch's episodes and their rewards (the
     micro-batches decode two at a time where the host answers asynchronously)."""
-    cfg, ppm = trainer.cfg.sampling, trainer.cfg.sampling.prompts_per_microbatch
-    chunks = [pairs[start : start + ppm] for start in range(0, len(pairs), ppm)]
-    keys = [
-        row_keys(
+    batches = _microbatches(trainer, pairs, first_index)
+    chunks, keys = [chunk for chunk, _ in batches], [k for _, k in batches]
+    outs = play_episode_chunks(trainer, chunks, trainer.cfg.sampling, keys)
+    return [o.rollout for o in outs], [episode_rewards(o.results, o.env_wait_s) for o in outs]
+
+
+def _microbatches(
+    trainer: Trainer, pairs: Sequence[Any], first_index: int
+) -> list[tuple[Sequence[Any], Tensor]]:
+    """`pairs` cut into micro-batches of sampling.prompts_per_microbatch prompts, each with its
+    rows' noise keys."""
+    cfg = trainer.cfg.sampling
+    out = []
+    for start in range(0, len(pairs), cfg.prompts_per_microbatch):
+        chunk = pairs[start : start + cfg.prompts_per_microbatch]
+        keys = row_keys(
             trainer.cfg.seed,
             trainer.grpo_steps,
-            first_index + n * ppm,
-            len(c),
+            first_index + start,
+            len(chunk),
             cfg.group_size,
             trainer.device,
         )
-        for n, c in enumerate(chunks)
-    ]
-    outs = play_episode_chunks(trainer, chunks, cfg, keys)
-    return [o.rollout for o in outs], [episode_rewards(o.results, o.env_wait_s) for o in outs]
+        out.append((chunk, keys))
+    return out
 
 
 def play_episode_chunks(

@@ -3,7 +3,7 @@
 Why a background thread: scoring has to progress while the trainer is busy sampling the next
 micro-batch and not calling into the pool. The thread sits in one `ray.wait` over every call in
 flight (never `ray.get` in a loop), refills a worker the moment a call finishes, enforces each
-call's deadline, and brings killed workers back. A worker whose resident memory passes
+call's deadline, and pings killed workers until they are back (`worker_health.py`). A worker whose resident memory passes
 `pool.max_worker_rss_mb` after a call takes no new calls, finishes those it has, and is then
 replaced by a fresh process (recycled). `submit` also dispatches at once what fits, so
 a chunk starts without waiting for the thread's next look. All state is guarded by one lock;
@@ -20,14 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import RayActorError
 
 from actors.pool.codec import EncodedResults, count_status, failed_block
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
 from actors.pool.metrics import PoolMetrics, RateWindow
-from actors.pool.node_resources import describe_placement
 from actors.pool.work import Chunk, Fault, after_fault
+from actors.pool.worker_health import WorkerHealth, kill_worker
 from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
 from actors.pool.worker_watch import output_notice
 from rewards import ERROR
@@ -35,9 +35,7 @@ from rewards import ERROR
 logger = logging.getLogger(__name__)
 
 _FETCH_TIMEOUT_S = 60.0  # results are local once ray.wait says ready; this only guards against a bug
-_PING_BACKOFF_S = 0.2
 _FINISHED_GRACE_S = 0.2  # how long a death waits for the results its worker sent before it
-_DIED_PINGS_TO_GIVE_UP = 3  # consecutive ActorDiedError answers: restarts are used up
 _IDLE_SLEEP_S = 1.0
 _GAUGE_EVERY_S = 1.0
 
@@ -54,10 +52,8 @@ class Dispatcher:
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Chunk] = deque()
         self._calls: dict[Any, tuple[WorkerSlot, Call]] = {}
-        self._pings: dict[Any, WorkerSlot] = {}
-        self._died_pings: dict[int, int] = {}
+        self._health = WorkerHealth(slots, cfg, metrics, owns_workers)
         self._fatal: str | None = None
-        self.restarts = 0
         self.recycled = 0
         self.items_scored = 0
         self.output_bytes = 0  # printed by the rewards on the workers (captured, not shown)
@@ -68,6 +64,10 @@ class Dispatcher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reward-pool-dispatcher", daemon=True)
+
+    @property
+    def restarts(self) -> int:
+        return self._health.restarts
 
     # ---- caller side ------------------------------------------------------------------------
 
@@ -151,8 +151,8 @@ class Dispatcher:
         with self._lock:
             now = time.monotonic()
             self._dispatch_locked(now)
-            self._send_pings_locked(now)
-            refs = [*self._calls, *self._pings]
+            self._health.send_pings(now)
+            refs = [*self._calls, *self._health.pings]
             sleep_s = self._sleep_s_locked(now)
         outcomes: list[tuple[Any, bool, Any]] = []
         if not refs:
@@ -168,19 +168,19 @@ class Dispatcher:
             for ref, ok, value in outcomes:
                 self._on_outcome_locked(ref, ok, value, now)
             self._check_deadlines_locked(now)
-            self._check_down_workers_locked(now)
+            self._health.check_down_workers(now)
+            self._fatal = self._fatal or self._health.fatal
             self._dispatch_locked(now)
             self._update_gauges_locked(now)
             self._changed.notify_all()
 
     def _sleep_s_locked(self, now: float) -> float:
-        sleep = self._cfg.poll_interval_s if (self._calls or self._pings or self._queue) else _IDLE_SLEEP_S
-        for slot in self.slots:
-            deadline = slot.head_deadline(self._cfg.chunk_timeout_s)
-            if deadline is not None:
-                sleep = min(sleep, deadline - now)
-            if slot.state in (WorkerState.STARTING, WorkerState.RESTARTING) and slot.ping_ref is None:
-                sleep = min(sleep, slot.next_ping_at - now)
+        busy = self._calls or self._health.pings or self._queue
+        due = [s.head_deadline(self._cfg.chunk_timeout_s) for s in self.slots]
+        due.append(self._health.next_ping_at())
+        sleep = min(
+            [self._cfg.poll_interval_s if busy else _IDLE_SLEEP_S] + [t - now for t in due if t is not None]
+        )
         return max(sleep, 0.001)
 
     # ---- dispatch ---------------------------------------------------------------------------
@@ -213,8 +213,8 @@ class Dispatcher:
     # ---- results and faults -----------------------------------------------------------------
 
     def _on_outcome_locked(self, ref: Any, ok: bool, value: Any, now: float) -> None:
-        if ref in self._pings:
-            self._on_ping_locked(self._pings.pop(ref), ok, value, now)
+        if ref in self._health.pings:
+            self._health.on_ping(ref, ok, value, now)
             return
         entry = self._calls.get(ref)
         if entry is None:
@@ -298,7 +298,7 @@ class Dispatcher:
                 f"> pool.max_worker_rss_mb={limit:g}; its process was replaced by a fresh one, no work lost "
                 "(later recycles are counted in pool.recycled, not said)"
             )
-        _kill(slot.handle, restart=True)
+        kill_worker(slot.handle, restart=True)
         slot.recycle(now)
 
     def _check_deadlines_locked(self, now: float) -> None:
@@ -314,7 +314,7 @@ class Dispatcher:
                 )
                 self._metrics.timed_out(slot.name)
                 slot.calls[0].chunk.ticket.deadline_kills += 1
-                _kill(slot.handle, restart=True)
+                kill_worker(slot.handle, restart=True)
                 self._take_down_locked(slot, Fault.TIMEOUT, now)
 
     def _take_down_locked(self, slot: WorkerSlot, fault: Fault, now: float) -> None:
@@ -336,69 +336,6 @@ class Dispatcher:
             chunk.ticket.retries += 1
         self._metrics.retried(len(requeue))
         self._queue.extendleft(reversed(requeue))  # ahead of new work: a step is waiting on them
-
-    # ---- worker health ----------------------------------------------------------------------
-
-    def _send_pings_locked(self, now: float) -> None:
-        for slot in self.slots:
-            down = slot.state in (WorkerState.STARTING, WorkerState.RESTARTING)
-            if down and slot.ping_ref is None and now >= slot.next_ping_at:
-                slot.ping_ref = slot.handle.ping.remote()
-                self._pings[slot.ping_ref] = slot
-
-    def _on_ping_locked(self, slot: WorkerSlot, ok: bool, value: Any, now: float) -> None:
-        slot.ping_ref = None
-        if ok:
-            if slot.recycled_pid is not None and value == slot.recycled_pid:
-                slot.next_ping_at = now + _PING_BACKOFF_S  # the recycled process has not gone yet
-                return
-            if slot.came_back(value):
-                slot.restarts += 1
-                self.restarts += 1
-                self._metrics.restarted(slot.name)
-            slot.state = WorkerState.HEALTHY
-            self._died_pings.pop(slot.index, None)
-            return
-        # A worker that is restarting (a kill just before this pool attached, or one Ray is bringing
-        # back) answers "unavailable": that is no constructor failure, so wait for it within
-        # pool.start_timeout_s. Any other error while starting is the constructor's, and would recur.
-        if slot.state is WorkerState.STARTING and not isinstance(value, ActorUnavailableError):
-            self._mark_dead_locked(slot, f"failed to start: {type(value).__name__}: {value}")
-            return
-        died = self._died_pings.get(slot.index, 0) + 1 if isinstance(value, ActorDiedError) else 0
-        self._died_pings[slot.index] = died
-        if died >= _DIED_PINGS_TO_GIVE_UP:
-            self._mark_dead_locked(slot, f"did not come back: {type(value).__name__}: {value}")
-        else:
-            slot.next_ping_at = now + _PING_BACKOFF_S
-
-    def _check_down_workers_locked(self, now: float) -> None:
-        for slot in self.slots:
-            starting = slot.state is WorkerState.STARTING
-            if not (starting or slot.state is WorkerState.RESTARTING):
-                continue
-            limit = self._cfg.start_timeout_s if starting else self._cfg.restart_timeout_s
-            if now - slot.down_since > limit:
-                self._pings.pop(slot.ping_ref, None)
-                slot.ping_ref = None
-                key = "start_timeout_s" if starting else "restart_timeout_s"
-                self._mark_dead_locked(slot, f"did not answer within pool.{key}={limit:g}s")
-
-    def _mark_dead_locked(self, slot: WorkerSlot, reason: str) -> None:
-        slot.state, slot.dead_reason = WorkerState.DEAD, reason
-        logger.error("reward worker %s is dead: %s", slot.name, reason)
-        if self._owns_workers:
-            _kill(slot.handle, restart=False)
-        alive = sum(1 for s in self.slots if s.state is not WorkerState.DEAD)
-        if alive:
-            logger.error("the reward pool goes on with %d of %d workers", alive, len(self.slots))
-            return
-        reasons = "; ".join(f"{s.name}: {s.dead_reason}" for s in self.slots)
-        need = f"{self._cfg.cpus_per_worker:g} CPU{describe_placement(self._cfg.resources, self._cfg.label_selector)}"
-        self._fatal = (
-            f"all {len(self.slots)} reward workers are dead ({reasons}); a worker needs {need}, "
-            "and no live node took one"
-        )[:4000]
 
     def _update_gauges_locked(self, now: float) -> None:
         if now < self._next_gauge_at:
@@ -424,10 +361,3 @@ def _fetch(refs: list[Any]) -> list[tuple[Any, bool, Any]]:
         except Exception as exc:
             out.append((ref, False, exc))
     return out
-
-
-def _kill(handle: Any, *, restart: bool) -> None:
-    try:
-        ray.kill(handle, no_restart=not restart)
-    except Exception:  # already gone: nothing left to stop
-        pass
