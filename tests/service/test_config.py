@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +21,9 @@ from service.config import (
 from service.presets import DEFAULT_PRESET
 from service.run_dir import fresh_config, new_run_id, prepare_run_dir, resolve_run, resumed_config
 from service.task_config import MOVED_FROM_DATA
+from tests.service.train_child import run_train
 from trainer.config import TrainerConfig
 from trainer.schedule import Schedule
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -207,15 +204,7 @@ def test_resume_finds_the_run_by_its_id(tmp_path, monkeypatch):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run(
-        [sys.executable, "-m", "service.train", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_train(*args, timeout=120)
 
 
 def test_cli_bad_config_exits_2_with_one_line(tmp_path):

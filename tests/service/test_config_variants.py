@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -21,10 +16,9 @@ from service.config import (
 from service.config_keys import field_at, leaf_keys
 from service.task_config import TASK_CONFIGS, MoveTaskConfig, TextTaskConfig
 from service.tasks import TASKS
+from tests.service.train_child import run_train
 from trainer.config import TrainerConfig
 from trainer.model_config import BuiltinModelConfig, HFModelConfig
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_data_picks_the_variant_and_builtin_and_fen_are_the_defaults():
@@ -75,25 +69,8 @@ def test_in_a_file_an_unknown_key_lists_the_keys_of_its_variant(tmp_path):
 
 
 def test_cli_builtin_model_with_an_hf_key_exits_2_with_one_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "service.train",
-            "--preset",
-            "smoke",
-            "--set",
-            "model.revision=main",
-            "--run-dir",
-            str(tmp_path / "r"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ("--preset", "smoke", "--run-dir", str(tmp_path / "r"))
+    result = run_train(*args, sets=["model.revision=main"], timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "config error: model.revision: 'main' is read only with model.source 'hf' (model.source is "

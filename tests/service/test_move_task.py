@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import chess
 import pytest
@@ -21,10 +17,9 @@ from service.tasks import MoveTask, build_task
 from service.tasks.move import move_figures
 from service.tasks.move_data import cache_dir
 from tests.rewards.engine_needed import needs_engine
+from tests.service.train_child import assert_ran, run_train
 from trainer.data.chess_games import position_key
 from trainer.policy.char_tokenizer import CharTokenizer
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -78,12 +73,8 @@ def test_held_out_figures_from_scored_moves():
 
 
 def test_without_an_engine_the_run_refuses_to_start_in_one_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(tmp_path / "r"),
-         "--set", "task.engine.path=/nonexistent/stockfish"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    args = ("--preset", "move-smoke", "--run-dir", str(tmp_path / "r"))
+    result = run_train(*args, sets=["task.engine.path=/nonexistent/stockfish"], timeout=120)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "task.engine.path" in lines[0] and "apt-get install stockfish" in lines[0]
@@ -94,15 +85,10 @@ def test_without_an_engine_the_run_refuses_to_start_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_move_smoke_runs_end_to_end_with_the_move_figures(tmp_path, move_cache):
     run_dir = tmp_path / "move"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        # in process (run.backend=local): this checks the move task's figures; Ray Train's own path
-        # is the smoke runs'
-        [sys.executable, "-m", "service.train", "--preset", "move-smoke", "--run-dir", str(run_dir),
-         "--set", "run.backend=local"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    # in process (run.backend=local): this checks the move task's figures; Ray Train's own path is
+    # the smoke runs'
+    args = ("--preset", "move-smoke", "--run-dir", str(run_dir))
+    assert_ran(run_train(*args, sets=["run.backend=local"], timeout=400))
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert evals and all(
         {"legal_rate", "cp_loss_mean", "cp_loss_legal_mean", "best_move_rate"} <= set(e) for e in evals

@@ -5,8 +5,6 @@ line, exit 2, no run directory."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from service.client.checks import modules_to_ship
 from service.client.cli import main as client_main
 from service.config import ConfigError, load_config
 from tests.service.refusals import refused
+from tests.service.train_child import run_train
 from trainer.data.chess_games import eval_pairs, generate_pairs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,11 +107,9 @@ def test_data_path_source_comes_from_the_extension(games):
 def test_the_command_line_refuses_in_seconds(tmp_path):
     run_dir = tmp_path / "run"
     began = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(run_dir),
-         "--set", _reward("always_raises")],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_train(
+        "--preset", "smoke", "--run-dir", str(run_dir), sets=[_reward("always_raises")], timeout=120
+    )
     took = time.monotonic() - began
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "every one of 8 sample items failed" in proc.stderr and not run_dir.exists()

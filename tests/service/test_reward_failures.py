@@ -5,30 +5,21 @@ warnings and advice (`actors.pool.failure_policy`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.progress import SUMMARY_PREFIX, last_record
+from tests.service.train_child import child_env, run_train
 
-REPO = Path(__file__).resolve().parents[2]
 EX = "examples.rewards.misbehaving"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def _train(run_dir: Path, reward: str, *sets: str, env: dict[str, str]) -> tuple[int, str, dict]:
-    argv = ["--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.backend=local"]
-    argv += ["--set", "pool.placement=pool", "--set", f"reward.user=[{{fn: '{EX}:{reward}'}}]"]
-    for item in sets:
-        argv += ["--set", item]
-    base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always the embedded Ray
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", *argv],
-        cwd=REPO, env={**base, "PYTHONUNBUFFERED": "1", **env}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    sets = ("run.backend=local", "pool.placement=pool", f"reward.user=[{{fn: '{EX}:{reward}'}}]", *sets)
+    args = ("--preset", "smoke", "--run-dir", str(run_dir))
+    result = run_train(*args, sets=sets, env=child_env(**env), timeout=300)
     logs = result.stdout + result.stderr
     summary = (
         json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}

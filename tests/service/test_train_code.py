@@ -4,16 +4,11 @@ sandbox by the reward pool, pass@1 in the held-out records."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from service.run_files import read_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.service.train_child import assert_ran, run_train
 
 
 def _sandbox_reason() -> str | None:
@@ -27,17 +22,8 @@ def _sandbox_reason() -> str | None:
 @pytest.mark.skipif(_sandbox_reason() is not None, reason=f"no sandbox here: {_sandbox_reason()}")
 def test_code_smoke_runs_completions_in_the_sandbox_and_reports_pass_at_1(tmp_path):
     run_dir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "code-smoke", "--run-dir", str(run_dir)]
-        + ["--set", "run.backend=local"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    args = ("--preset", "code-smoke", "--run-dir", str(run_dir))
+    result = assert_ran(run_train(*args, sets=["run.backend=local"]))
     assert "200 generated training problems; 16 held-out ones" in result.stdout
 
     evals = read_jsonl(run_dir / "eval.jsonl")

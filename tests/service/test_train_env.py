@@ -5,32 +5,24 @@ a multi-turn run stopped at a checkpoint and resumed gives the records of one th
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.run_files import read_jsonl
 from tests.service.record_diff import record_differences
+from tests.service.train_child import assert_ran, run_train
 
-REPO = Path(__file__).resolve().parents[2]
 # Enough warm start that the policy writes numbers, so episodes go on for several turns.
 WARM = ("--set", "sft.steps=60", "--set", "sft.lr=0.01", "--set", "checkpoint.every_steps=2")
 GRPO_STEPS = 4
 
 
 def _train(run_dir: Path, *more: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "env-smoke", "--run-dir", str(run_dir)]
-        + ["--set", "run.backend=local", *WARM, *more],
-        cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    return result
+    args = ("--preset", "env-smoke", "--run-dir", str(run_dir), "--set", "run.backend=local", *WARM, *more)
+    return assert_ran(run_train(*args))
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +59,7 @@ def test_env_smoke_plays_episodes_and_records_them(env_run):
 def test_a_resumed_multi_turn_run_repeats_one_that_never_stopped(env_run, tmp_path):
     run_dir = tmp_path / "resumed"
     _train(run_dir, "--set", f"grpo.steps={GRPO_STEPS - 2}")
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--run-dir", str(run_dir), "--resume"]
-        + ["--set", f"grpo.steps={GRPO_STEPS}"],
-        cwd=REPO, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    result = assert_ran(run_train("--run-dir", str(run_dir), "--resume", sets=[f"grpo.steps={GRPO_STEPS}"]))
     assert "resuming from the checkpoint of step" in result.stdout
     ours, theirs = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(env_run / "metrics.jsonl")
     assert record_differences(ours, theirs, "metrics.jsonl") == []

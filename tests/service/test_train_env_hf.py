@@ -5,16 +5,12 @@ moves answered by Stockfish, the answers entering as user messages."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.run_files import read_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.service.train_child import assert_ran, run_train
 
 
 def _sandbox_reason() -> str | None:
@@ -34,15 +30,8 @@ def _engine_reason() -> str | None:
 
 
 def _run(run_dir: Path, env: str, *sets: str) -> list[dict]:
-    argv = ["--preset", "hf-smoke", "--run-dir", str(run_dir), "--set", "task.name=env"]
-    for item in (f"task.env={env}", "task.chat_template=true", "run.backend=local", *sets):
-        argv += ["--set", item]
-    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", *argv],
-        cwd=REPO, env=environ, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    sets = ("task.name=env", f"task.env={env}", "task.chat_template=true", "run.backend=local", *sets)
+    assert_ran(run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and (run_dir / "export").is_dir()
     grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]

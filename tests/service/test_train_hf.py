@@ -6,9 +6,7 @@ writes with transformers itself, and on the `text` task."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,23 +20,18 @@ from safetensors.torch import load_file  # noqa: E402
 from examples.addition.make_data import make, write_jsonl  # noqa: E402
 from service.export import main as export_main  # noqa: E402
 from service.run_files import read_jsonl  # noqa: E402
+from tests.service.train_child import assert_ran, run_train  # noqa: E402
 from trainer.checkpoint import load_checkpoint  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 SAMPLES = 16  # every held-out prompt of the smoke preset is recorded with its completion
 
 
 def _train(run_dir: Path, *sets: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # fp32 whatever the CPU (auto is bf16 with AMX): the export, run by transformers in fp32, must
     # complete as the run's own evaluation did
-    args = ["--preset", "hf-smoke", "--run-dir", str(run_dir), "--set", f"run.eval_samples={SAMPLES}"]
-    args += ["--set", "precision.dtype=fp32"]
-    return subprocess.run(
-        [sys.executable, "-m", "service.train", *args, *(a for s in sets for a in ("--set", s))],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    sets = (f"run.eval_samples={SAMPLES}", "precision.dtype=fp32", *sets)
+    return run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets)
 
 
 def _own_model(path: Path, arch: str) -> Path:
@@ -92,7 +85,7 @@ def test_hf_run_exports_a_model_that_completes_as_the_final_eval(tmp_path, arch)
     # loop and records, without Ray Train's ~13 s start-up).
     sets = [] if arch is None else [f"model.path={_own_model(tmp_path / arch, arch)}", "run.backend=local"]
     result = _train(tmp_path / "run", *sets)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert_ran(result)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["steps"] == 10
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
@@ -115,7 +108,7 @@ def test_text_task_with_the_hf_policy(tmp_path):
         "task.stop=['+']", "reward.user=[{fn: 'examples.addition.reward:addition_reward'}]",
         "sampling.max_new_tokens=6", "run.backend=local",
     )  # fmt: skip
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert_ran(result)
     evals = read_jsonl(tmp_path / "run" / "eval.jsonl")
     assert all(e["count"] == 16 and e["valid_rate"] == 1.0 for e in evals)
     assert all("+" not in s["completion"] for e in evals for s in e["samples"])

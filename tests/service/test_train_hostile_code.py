@@ -10,17 +10,14 @@ sandbox, harness and pool path as a policy that writes them itself.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.run_files import read_jsonl
 from tests.rewards.sandbox.hostile_programs import CORPUS, MARKER, SECRET, filled
+from tests.service.train_child import REPO, assert_ran, child_env, run_train
 
-REPO = Path(__file__).resolve().parents[2]
 PLACES = (Path("/tmp"), Path.home(), Path("/dev/shm"), REPO)
 
 
@@ -57,18 +54,9 @@ def test_a_run_whose_programs_are_hostile_finishes_and_counts_every_status(tmp_p
     sets = [f"task.path={train}", f"task.eval_path={held}", f"data.eval_size={len(CORPUS)}",
             "task.time_limit_s=0.5", "grpo.steps=1", "grpo.eval_every=1", "grpo.eval_k=0",
             "run.backend=local", "sft.steps=300", "sft.lr=0.01"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_TOKEN"] = SECRET  # in the worker's environment: no program may print it
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "code-smoke", "--run-dir", str(run_dir)]
-        + [arg for s in sets for arg in ("--set", s)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    env = child_env(RAY_AUTH_TOKEN=SECRET)  # in the worker's environment: no program may print it
+    args = ("--preset", "code-smoke", "--run-dir", str(run_dir))
+    result = assert_ran(run_train(*args, sets=sets, env=env, timeout=900))
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
 
     evals = read_jsonl(run_dir / "eval.jsonl")

@@ -9,10 +9,8 @@ than one rank, and Ray Train refuses checkpoints only a local run can continue.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,18 +19,13 @@ import pytest
 from service.config import ConfigError, load_config
 from service.run_files import read_jsonl
 from tests.service.record_diff import record_differences
+from tests.service.train_child import assert_ran, run_train
 from trainer.schedule import Schedule
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _train(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always the embedded Ray
     began = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", *args],
-        cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_train(*args, timeout=300)
     return result, time.monotonic() - began
 
 
@@ -40,7 +33,7 @@ def _smoke(run_dir: Path, backend: str, *more: str) -> Path:
     result, wall = _train(
         "--preset", "smoke", "--run-dir", str(run_dir), "--set", f"run.backend={backend}", *more
     )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert_ran(result)
     print(f"smoke run, run.backend={backend}: {wall:.1f}s wall")
     return run_dir
 
@@ -76,7 +69,7 @@ def test_a_local_run_resumes_from_its_checkpoint_with_more_steps(smoke_runs, tmp
     done = json.loads((run_dir / "summary.json").read_text())["steps"]
     grpo = load_config("smoke").grpo.steps
     result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={grpo + 2}")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert_ran(result)
     assert f"resuming from the checkpoint of step {done}" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["resumed_from"] == done

@@ -7,10 +7,8 @@ stopped with SIGTERM (what `ray job stop` sends) and resumed: no step is repeate
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,28 +18,15 @@ import yaml
 
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.run_files import read_jsonl
+from tests.service.train_child import REPO, assert_ran, child_env, run_train, train_argv
 
-REPO = Path(__file__).resolve().parents[2]
 SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 CPUs; the test allows for a busy machine
 pytestmark = pytest.mark.slow
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # always the embedded Ray
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _train(*args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", *args],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = run_train(*args, timeout=timeout)
     return result, time.monotonic() - began
 
 
@@ -105,8 +90,7 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
 def _run_until_step_then_sigterm(args: list[str], stop_at: int) -> tuple[int, str]:
     """Start a run, send SIGTERM once its progress passes `stop_at`; (exit code, logs)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "service.train", *args],
-        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        train_argv(*args), cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     sent = threading.Event()
@@ -154,7 +138,7 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_without_gaps(tmp_p
     # Continue the same run to 4 more steps than it had done: the saved config is the base.
     more = stopped_at - sft + 4
     result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={more}")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert_ran(result)
     assert f"resuming from the checkpoint of step {stopped_at}" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["resumed_from"] == stopped_at

@@ -4,17 +4,13 @@ by name in the reward pool's workers, a stop string, and pass@k at the start and
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from examples.addition.make_data import make, write_jsonl
 from service.run_files import read_jsonl
+from tests.service.train_child import assert_ran, run_train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
@@ -34,17 +30,7 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
         "grpo.eval_k=2",
         "run.backend=local",  # the loop in process: the same records without Ray Train's start-up
     ]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(run_dir)]
-        + [arg for s in sets for arg in ("--set", s)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    result = assert_ran(run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets))
     assert "[data] " in result.stdout and "400 training rows" in result.stdout
 
     evals = read_jsonl(run_dir / "eval.jsonl")

@@ -5,17 +5,13 @@ their token ids."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from service.run_files import read_jsonl
+from tests.service.train_child import assert_ran, run_train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -35,17 +31,7 @@ def run_text_task(tmp_path, reward: str):
         "sampling.max_new_tokens=5",
         "run.backend=local",
     ]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "service.train", "--preset", "smoke", "--run-dir", str(run_dir)]
-        + [arg for s in sets for arg in ("--set", s)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    result = assert_ran(run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets))
     assert "run on the pool" in result.stdout  # scored in the pool's workers, not in process
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
     return run_dir
