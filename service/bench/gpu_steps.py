@@ -16,14 +16,15 @@ from typing import Any
 
 import torch
 
-from rewards import USABLE_STATUSES, RewardConfig, Scorer
+from rewards import RewardConfig, Scorer
+from service.bench.inline_scoring import scorer_rewards
 from service.bench.results import add_table, new_section
 from service.presets import PRESETS
 from service.task_config import FenTaskConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
-from trainer.grpo.reward_source import InlineRewards, Rewards
+from trainer.grpo.reward_source import InlineRewards
 from trainer.policy.char_tokenizer import CharTokenizer
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -46,17 +47,7 @@ def preset_trainer_config(preset: str, extra: dict[str, Any]) -> TrainerConfig:
 
 
 def fen_rewards() -> InlineRewards:
-    scorer = Scorer(RewardConfig())
-
-    def score(completions: list[str], targets: list[str]) -> Rewards:
-        results = scorer.score_batch(completions, targets)
-        return Rewards(
-            values=[r.total for r in results],
-            usable=[r.status in USABLE_STATUSES for r in results],
-            statuses=[r.status for r in results],
-        )
-
-    return InlineRewards(score)
+    return InlineRewards(scorer_rewards(Scorer(RewardConfig())))
 
 
 def time_variant(

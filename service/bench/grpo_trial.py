@@ -27,7 +27,8 @@ from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.threads import choose_sampling_threads
-from rewards import USABLE_STATUSES, RewardConfig, Scorer
+from rewards import RewardConfig, Scorer
+from service.bench.inline_scoring import scorer_rewards
 from service.bench.isolated import PeakMemory
 from service.bench.timing import median
 from trainer.config import TrainerConfig
@@ -63,20 +64,6 @@ def use_legacy_logprobs() -> None:
 
     trainer.engine.completion_logprobs = legacy_completion_logprobs
     trainer.grpo.update.completion_logprobs = legacy_completion_logprobs
-
-
-def scorer_rewards(scorer: Scorer):
-    """The default scorer as a `ScoreFn` returning `Rewards` with statuses (for InlineRewards)."""
-
-    def score(completions: list[str], targets: list[str]) -> Rewards:
-        results = scorer.score_batch(completions, targets)
-        return Rewards(
-            values=[r.total for r in results],
-            usable=[r.status in USABLE_STATUSES for r in results],
-            statuses=[r.status for r in results],
-        )
-
-    return score
 
 
 class TimedRewards:

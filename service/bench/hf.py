@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewards import RewardConfig, Scorer
-from service.bench.grpo_trial import scorer_rewards
+from service.bench.inline_scoring import scorer_rewards
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
 from trainer.config import TrainerConfig

@@ -22,7 +22,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from rewards import RewardConfig, Scorer
 from service.bench.grpo import reference_config, with_updates
-from service.bench.grpo_trial import CHESS_TOKENIZER, GRPO_DATA_SEED, scorer_rewards, sft_warm_start
+from service.bench.grpo_trial import CHESS_TOKENIZER, GRPO_DATA_SEED, sft_warm_start
+from service.bench.inline_scoring import scorer_rewards
 from service.bench.machine import describe, load_average, machine_info
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import generate_pairs
