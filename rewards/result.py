@@ -9,6 +9,7 @@ reward at all (its total is 0 only as a placeholder and must not be trained on).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 OK = "ok"  # a valid FEN (python-chess status() == STATUS_VALID, six fields)
 INVALID = "invalid"  # parses as a FEN but is not a valid position, or lacks fields
@@ -33,6 +34,7 @@ class ScoreResult:
     status: str = OK
     reason: str | None = None  # why, for error / bad_input / too_long / timeout
     text: str | None = None  # what the item hands back besides its reward (an environment's observation)
+    info: dict[str, Any] | None = None  # what the item reports for the records (an environment step's info)
 
     @property
     def usable(self) -> bool:

@@ -60,7 +60,8 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 
 def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -> dict[str, Any]:
     """One greedy episode per pair: the usual summary (each sample's completion is its whole
-    transcript after the prompt) plus success_rate, turns_mean, env_step_s and env_errors."""
+    transcript after the prompt, and `env_info` its turns' infos where a step gave one) plus
+    success_rate, turns_mean, env_step_s and env_errors."""
     cfg = trainer.cfg.sampling.model_copy(update={"group_size": 1})
     chunks = _chunks(pairs, EVAL_PROMPTS_PER_BATCH)
     outs = trainer.play_episodes(chunks, cfg, [None] * len(chunks), greedy=True)
@@ -71,6 +72,10 @@ def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -
         scored.statuses, n_samples, scored.usable,
     )  # fmt: skip
     summary.update(episode_figures(scored.stats))
+    infos = [r.infos for o in outs for r in o.results]
+    for sample, turns in zip(summary["samples"], infos, strict=False):  # the first n_samples episodes
+        if any(turns):
+            sample["env_info"] = turns  # each answered turn's info ({} where it gave none)
     return summary
 
 

@@ -2,7 +2,8 @@
 
 A list of dataclasses pickles object by object; columns of numbers pickle as a few buffers. A
 chunk's results become `EncodedResults`: totals and status codes as arrays, components as a
-value matrix with a presence mask (absent components stay absent), reasons and texts only where set.
+value matrix with a presence mask (absent components stay absent), reasons, texts and infos only
+where set.
 `decode` gives back results equal to the encoded ones.
 """
 
@@ -28,6 +29,7 @@ class EncodedResults:
     present: np.ndarray  # [n, C] bool: item i has component j
     reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
     texts: dict[int, str] = field(default_factory=dict)  # item index -> text, only where not None
+    infos: dict[int, dict] = field(default_factory=dict)  # item index -> info, only where not None
     # What the worker's process reported with the results (set by the worker, not by `encode`):
     worker_rss_mb: float | None = None  # its resident memory after the call
     output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
@@ -79,6 +81,7 @@ def encode(results: Sequence[ScoreResult]) -> EncodedResults:
         present=present,
         reasons={i: r.reason for i, r in enumerate(results) if r.reason is not None},
         texts={i: r.text for i, r in enumerate(results) if r.text is not None},
+        infos={i: r.info for i, r in enumerate(results) if r.info is not None},
     )
 
 
@@ -92,7 +95,9 @@ def decode(enc: EncodedResults) -> list[ScoreResult]:
     out = []
     for i in range(len(enc)):
         comps = {names[j]: values[i][j] for j, has in enumerate(present[i]) if has}
-        out.append(ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i), enc.texts.get(i)))
+        out.append(
+            ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i), enc.texts.get(i), enc.infos.get(i))
+        )
     return out
 
 

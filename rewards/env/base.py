@@ -6,24 +6,50 @@
         def reset(self, row) -> str:      # row: the data row (a dict); returns the first observation
             ...
         def step(self, action: str) -> StepResult | tuple[str, float, bool]:
-            ...                           # (observation, reward, done)
+            ...                           # (observation, reward, done), or with a 4th item, info
 
 `setup()` runs before `reset` and `close()` after the episode's last step, whatever ended it
 (an instance may hold an engine or a temporary directory). A turn's reward may be 0 until the
-last; the episode's reward is their sum, or the last one (`task.episode_reward`).
+last; the episode's reward is their sum, or the last one (`task.episode_reward`). A step may
+return a fourth item, `info`: a dict of what the turn was about (as gymnasium's `info`, SkyRL's
+`metadata`), which the evaluation records keep per turn and the trainer never reads.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 
-class StepResult(NamedTuple):
-    observation: str  # what the policy reads next ("" when done)
-    reward: float  # this turn's reward
-    done: bool  # the episode is over
+class StepResult(tuple):
+    """(observation, reward, done): what the policy reads next ("" when done), this turn's reward,
+    whether the episode is over; `info`, what the turn was about (for the records), rides beside
+    the three, so a StepResult unpacks and compares as the 3-tuple it always was."""
+
+    def __new__(cls, observation: str, reward: float, done: bool, info: Mapping[str, Any] | None = None):
+        self = super().__new__(cls, (observation, reward, done))
+        self.info = info
+        return self
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (*self, self.info)
+
+    @property
+    def observation(self) -> str:
+        return self[0]
+
+    @property
+    def reward(self) -> float:
+        return self[1]
+
+    @property
+    def done(self) -> bool:
+        return self[2]
+
+    def __repr__(self) -> str:
+        extra = "" if self.info is None else f", info={self.info!r}"
+        return f"StepResult(observation={self[0]!r}, reward={self[1]!r}, done={self[2]!r}{extra})"
 
 
 class Environment:
@@ -46,7 +72,7 @@ class Environment:
     def reset(self, row: Mapping[str, Any]) -> str:
         raise NotImplementedError(f"{type(self).__name__} must define reset(row) -> first observation")
 
-    def step(self, action: str) -> StepResult | tuple[str, float, bool]:
+    def step(self, action: str) -> StepResult | tuple[str, float, bool] | tuple[str, float, bool, dict]:
         raise NotImplementedError(
             f"{type(self).__name__} must define step(action) -> (observation, reward, done)"
         )

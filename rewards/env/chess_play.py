@@ -56,20 +56,23 @@ class ChessPlay(Environment):
     def step(self, action: str) -> StepResult:
         try:
             move = self.board.parse_san(action.strip())
-        except ValueError:
-            return StepResult("", 0.0, True)  # illegal or unreadable: the episode ends here
+        except ValueError:  # illegal or unreadable: the episode ends here
+            return StepResult("", 0.0, True, {"illegal": action.strip()[:20]})
         engine = judge(self.engine)
         best = engine.best(self.board)
         loss = max(0, best.cp - engine.score_of(self.board, move)) if move != best.move else 0
         quality = 1.0 / (1.0 + min(loss, self.engine.max_cp_loss) / self.engine.cp_scale)
+        info = {"move": move.uci(), "best": best.move.uci(), "cp_loss": loss}
         self.board.push(move)
         self.left -= 1
         if self.left == 0 or self.board.is_game_over():
-            return StepResult("", quality / self.total, True)
+            return StepResult("", quality / self.total, True, info)
         reply = engine.best(self.board).move
         san = self.board.san(reply)
         self.board.push(reply)
-        return StepResult(f"{san}\n", quality / self.total, self.board.is_game_over())
+        return StepResult(
+            f"{san}\n", quality / self.total, self.board.is_game_over(), {**info, "reply": reply.uci()}
+        )
 
     @classmethod
     def generate_row(cls, index: int, seed: int) -> dict[str, Any]:

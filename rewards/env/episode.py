@@ -13,6 +13,7 @@ Nothing raises out of an episode; the first failure's reason is kept for the rec
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from typing import Any
 from rewards.env.base import Environment, StepResult
 
 OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT = "ok", "max_tokens", "max_turns", "env_error", "timeout"
+MAX_INFO_CHARS = 2000  # a step's info kept in the records, as JSON
 EPISODE_STATUSES = (OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT)
 USABLE_EPISODE_STATUSES = frozenset({OK, MAX_TOKENS})
 REWARD_MODES = ("sum", "final")
@@ -41,20 +43,41 @@ class EpisodeResult:
     replayed: int = 0  # turns replayed to rebuild it on another worker (episodes on the pool)
     transcript: list[str] = field(default_factory=list)  # first observation, then action, observation, ...
     reason: str | None = None  # why, for env_error / timeout / max_turns
+    infos: list[dict[str, Any]] = field(default_factory=list)  # each answered step's info ({}: none)
 
 
 def checked_step(out: Any) -> StepResult:
     """`out` of a step as a StepResult; ValueError (one line) when it has the wrong shape."""
-    if not isinstance(out, tuple | list) or len(out) != 3:
-        raise ValueError(f"step must return (observation, reward, done), got {_preview(out)}")
-    observation, reward, done = out
+    if not isinstance(out, tuple | list) or len(out) not in (3, 4):
+        raise ValueError(f"step must return (observation, reward, done) or with info, got {_preview(out)}")
+    observation, reward, done = out[:3]
+    info = checked_info(out[3] if len(out) == 4 else getattr(out, "info", None))
     if not isinstance(observation, str):
         raise ValueError(f"step's observation must be a str, got {type(observation).__name__}")
     if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
         raise ValueError(f"step's reward must be a finite number, got {_preview(reward)}")
     if not isinstance(done, bool):
         raise ValueError(f"step's done must be a bool, got {type(done).__name__}")
-    return StepResult(observation, float(reward), done)
+    return StepResult(observation, float(reward), done, info)
+
+
+def checked_info(info: Any) -> dict[str, Any] | None:
+    """A step's info as JSON-safe data for the records: a mapping's copy (values JSON cannot hold
+    as their repr), None for None or an empty one; ValueError when it is no mapping. One larger
+    than MAX_INFO_CHARS as JSON is replaced by a note saying so."""
+    if info is None:
+        return None
+    if not isinstance(info, Mapping):
+        raise ValueError(f"step's info must be a dict, got {type(info).__name__}")
+    if not info:
+        return None
+    try:
+        text = json.dumps({str(k): v for k, v in info.items()}, default=repr, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # a NaN, a cycle, a nested dict with keys JSON has not
+        raise ValueError(f"step's info cannot be recorded as JSON: {exc}") from None
+    if len(text) > MAX_INFO_CHARS:
+        return {"info_dropped": f"{len(text)} characters of JSON, over the {MAX_INFO_CHARS} kept per turn"}
+    return json.loads(text)
 
 
 def _preview(value: Any) -> str:
@@ -72,6 +95,7 @@ class EpisodeRecord:
         self.max_turns, self.reward_mode = max_turns, reward_mode
         self.rewards: list[float] = []
         self.transcript: list[str] = []  # first observation, then action, observation, ...
+        self.infos: list[dict[str, Any]] = []  # each answered step's info ({} when it gave none)
         self.turns = 0  # actions the environment received
         self.env_s = 0.0
         self.status: str | None = None  # set when the episode is over
@@ -107,6 +131,7 @@ class EpisodeRecord:
             return "", True
         self.rewards.append(result.reward)
         self.transcript.append(result.observation)
+        self.infos.append(result.info or {})
         if result.done:
             self.status, self.done_by_env = OK, True
         elif self.turns >= self.max_turns:
@@ -134,6 +159,7 @@ class EpisodeRecord:
             replayed=self.replayed,
             transcript=list(self.transcript),
             reason=self.reason,
+            infos=list(self.infos),
         )
 
 

@@ -40,12 +40,12 @@ class GuessNumber(Environment):
         self.guesses += 1
         text = action.strip()
         if not text.isdigit() or not self.low <= int(text) <= self.high:
-            return StepResult("", 0.0, True)
+            return StepResult("", 0.0, True, {"ended": "not a guess in range"})
         guess = int(text)
         if guess == self.secret:
             return StepResult("", round(1.0 - 0.1 * (self.guesses - 1), 6), True)
         if self.guesses >= self.tries:
-            return StepResult("", 0.0, True)
+            return StepResult("", 0.0, True, {"ended": "out of tries"})
         return StepResult(HIGHER if guess < self.secret else LOWER, 0.0, False)
 
     @classmethod

@@ -11,8 +11,8 @@ is not deterministic ends such an episode with `env_error` instead.
 A call's result is a `ScoreResult`: the turn's reward as its total, the observation as its text,
 and in its components whether the episode is over (`over`), how (`end`: an index into
 `EPISODE_STATUSES`, -1 while it goes on), whether the environment said done (`by_env`), the
-seconds spent in the environment (`env_s`) and the turns replayed (`replayed`). `apply_call`
-turns it back into the sampler's record of the episode.
+seconds spent in the environment (`env_s`) and the turns replayed (`replayed`); the step's info
+as its info. `apply_call` turns it back into the sampler's record of the episode.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ class EpisodeCalls:
         answered = len(episode.transcript) == 2 * episode.turns + 1  # the step gave an observation
         observation = episode.transcript[-1] if answered else ""
         reward = episode.rewards[-1] if answered else 0.0
-        return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent)
+        info = (episode.infos[-1] or None) if answered else None
+        return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent, info)
 
     def _new(self, row: Mapping[str, Any]) -> Episode:
         return Episode(
@@ -158,6 +159,7 @@ class EpisodeCalls:
         reward: float,
         replayed: int,
         env_s: float | None = None,
+        info: dict[str, Any] | None = None,
     ) -> ScoreResult:
         if episode.over:
             with self._lock:
@@ -178,7 +180,9 @@ class EpisodeCalls:
             "env_s": episode.env_s if env_s is None else env_s,
             "replayed": float(replayed),
         }
-        return ScoreResult(reward, components, OK, episode.reason if episode.over else None, observation)
+        return ScoreResult(
+            reward, components, OK, episode.reason if episode.over else None, observation, info
+        )
 
 
 def _rebuild(env: str, max_turns: int, reward_mode: str, step_timeout_s: float | None) -> EpisodeCalls:
@@ -205,7 +209,7 @@ def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResul
         first = record.started(result.text)
         return first or "", first is None
     # the record applies the same rules as the worker's episode (done, max_turns)
-    return record.answered((result.text or "", result.total, bool(parts.get("by_env"))))
+    return record.answered((result.text or "", result.total, bool(parts.get("by_env")), result.info))
 
 
 __all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "call_item"]

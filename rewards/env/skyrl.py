@@ -13,6 +13,7 @@ shape (an `init` and a `step`, no `reset`) in `SkyRLEnvironment`:
 - each step's observation messages become one answer, their contents joined by newlines (through
   the chat template as a user message);
 - each step's reward is a turn's reward: the episode's reward is their sum (`task.episode_reward`);
+- each step's `metadata` (a dict) is the turn's info: the evaluation records keep it per turn;
 - the environment is replayed after a lost worker only when its class says
   `deterministic = True` (SkyRL's do not say it: they end such an episode `env_error`).
 """
@@ -73,8 +74,9 @@ class SkyRLEnvironment(Environment):
             raise ValueError(
                 f"a SkyRL step must return a dict with observations, reward and done, got {out!r:.80}"
             )
-        reward = out["reward"]
-        return StepResult(_text(out["observations"], "observations"), float(reward), bool(out["done"]))
+        reward, metadata = out["reward"], out.get("metadata")
+        info = dict(metadata) if isinstance(metadata, Mapping) else None  # kept per turn in the records
+        return StepResult(_text(out["observations"], "observations"), float(reward), bool(out["done"]), info)
 
     def close(self) -> None:
         env = getattr(self, "env", None)

@@ -58,11 +58,14 @@ def test_python_tool_runs_the_policys_code_and_hands_back_its_output(tmp_path):
 def test_chess_play_answers_legal_moves_with_the_engines(tmp_path):
     evals = _run(
         tmp_path / "run", "tests.service.env_cases:QuickChess", "sampling.max_new_tokens=80", "sft.steps=100",
-        "sft.lr=0.005",
+        "sft.lr=0.005", "run.eval_samples=16",  # every held-out episode's sample, with its turns' infos
     )  # fmt: skip
     for e in evals:
         assert e["statuses"] and set(e["statuses"]) <= {"ok", "max_tokens"} and 0.0 <= e["reward_mean"] <= 1.0
     assert max(e["success_rate"] for e in evals) > 0.0, "no legal move was played: the run showed nothing"
+    infos = [i for e in evals for s in e["samples"] for i in s.get("env_info", [])]
+    assert any("cp_loss" in i for i in infos)  # a legal move's judgement, as the environment reported it
+    assert all({"move", "best", "cp_loss"} <= i.keys() or i.keys() == {"illegal"} for i in infos), infos
 
 
 @pytest.mark.e2e

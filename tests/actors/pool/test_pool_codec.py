@@ -17,6 +17,7 @@ results = st.builds(
     components=st.dictionaries(st.sampled_from(["validity", "similarity", "exact", "mod:user"]), finite),
     status=st.sampled_from(STATUSES),
     reason=st.none() | st.text(max_size=20),
+    info=st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
 )
 
 

@@ -1,0 +1,123 @@
+"""A step's info (gymnasium's `info`, SkyRL's `metadata`): kept per turn as JSON-safe data, the
+same whether the episode runs here or on a reward worker, and refused in one line when it cannot
+be recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.pool.codec import decode, encode
+from rewards.env import Environment, Episode, StepResult
+from rewards.env.episode import MAX_INFO_CHARS, EpisodeRecord
+from rewards.env.guess import GuessNumber
+from rewards.env.remote import START, STEP, EpisodeCalls, apply_call, call_item
+from rewards.env.skyrl import wrap_skyrl
+
+
+class Reporting(Environment):
+    """Says what each turn was; `info` (a class attribute) is what the second turn reports."""
+
+    info: object = None
+
+    def reset(self, row):
+        self.n = 0
+        return "go\n"
+
+    def step(self, action):
+        self.n += 1
+        if self.n == 1:
+            return ("more\n", 0.0, False, {"turn": 1, "seen": {action}})  # a set: kept as its repr
+        if self.n == 2:
+            return StepResult("more\n", 0.0, False, type(self).info)
+        return ("", 1.0, True)  # no info
+
+
+def _play(env_cls, turns=3):
+    episode = Episode(env_cls, {}, max_turns=5)
+    episode.start()
+    for action in ["a", "b", "c"][:turns]:
+        if episode.act(action)[1]:
+            break
+    return episode.end()
+
+
+def _with(info):
+    return type("Reports", (Reporting,), {"info": info})
+
+
+def test_each_answered_turn_keeps_its_info_as_json_data_and_empty_where_it_gave_none():
+    result = _play(_with({"score": 0.5, "tags": ["x"]}))
+    assert result.status == "ok" and result.reward == 1.0
+    assert result.infos == [{"turn": 1, "seen": "{'a'}"}, {"score": 0.5, "tags": ["x"]}, {}]
+    assert _play(_with({})).infos[1] == {} and _play(_with(None)).infos[1] == {}
+
+
+@pytest.mark.parametrize(
+    ("info", "reason"),
+    [
+        ("a string", "step's info must be a dict, got str"),
+        ({"x": float("nan")}, "step's info cannot be recorded as JSON"),
+        ({"nested": {(1, 2): 3}}, "step's info cannot be recorded as JSON"),
+    ],
+)
+def test_an_info_that_cannot_be_recorded_ends_the_episode_as_env_error(info, reason):
+    result = _play(_with(info))
+    assert (result.status, result.usable, result.turns) == ("env_error", False, 2)
+    assert reason in result.reason
+
+
+def test_an_info_over_the_limit_is_replaced_by_a_note_and_the_episode_goes_on():
+    result = _play(_with({"blob": "x" * MAX_INFO_CHARS}))
+    assert result.status == "ok" and "over the 2000 kept per turn" in result.infos[1]["info_dropped"]
+
+
+class SkyRLShaped:
+    """The shape of a SkyRL-gym environment: init and step with chat messages and metadata."""
+
+    def __init__(self, env_config, extras):
+        self.turns = 0
+
+    def init(self, prompt):
+        return prompt, {}
+
+    def step(self, action):
+        self.turns += 1
+        done = self.turns == 2
+        return {
+            "observations": [] if done else [{"role": "user", "content": "again"}],
+            "reward": 1.0 if done else 0.0,
+            "done": done,
+            "metadata": {"tool": "calc", "turn": self.turns},
+        }
+
+
+def test_a_skyrl_steps_metadata_is_its_info():
+    episode = Episode(wrap_skyrl(SkyRLShaped), {"prompt": [{"role": "user", "content": "hi"}]}, max_turns=4)
+    assert episode.start() == "hi"
+    episode.act("one")
+    episode.act("two")
+    result = episode.end()
+    assert result.status == "ok" and result.infos == [
+        {"tool": "calc", "turn": 1},
+        {"tool": "calc", "turn": 2},
+    ]
+
+
+def test_an_episode_on_a_worker_brings_back_the_same_infos_through_the_pools_encoding():
+    row, actions = {"secret": 3, "tries": 2}, ["9", "12"]  # a wrong guess, then out of tries
+    local = Episode(GuessNumber, row, max_turns=6)
+    local.start()
+    for action in actions:
+        if local.act(action)[1]:
+            break
+    want = local.end()
+    worker, record = EpisodeCalls("guess", max_turns=6), EpisodeRecord(max_turns=6)
+    through = lambda result: decode(encode([result]))[0]  # noqa: E731 - as the pool carries it
+    apply_call(record, START, "", through(worker.call(call_item(START, "e", row), "")))
+    for action in actions:
+        result = through(worker.call(call_item(STEP, "e", row, record), action))
+        if apply_call(record, STEP, action, result)[1]:
+            break
+    got = record.result()
+    assert got.infos == want.infos and got.status == want.status
+    assert got.infos[-1] == {"ended": "out of tries"} and got.infos[:-1] == [{}]
