@@ -62,9 +62,10 @@ def checked_step(out: Any) -> StepResult:
 
 
 def checked_info(info: Any) -> dict[str, Any] | None:
-    """A step's info as JSON-safe data for the records: a mapping's copy (values JSON cannot hold
-    as their repr), None for None or an empty one; ValueError when it is no mapping. One larger
-    than MAX_INFO_CHARS as JSON is replaced by a note saying so."""
+    """A step's info as JSON-safe data for the records: a mapping's copy (numpy and torch values
+    as lists or numbers, other values JSON cannot hold as their repr), None for None or an empty
+    one; ValueError when it is no mapping. One larger than MAX_INFO_CHARS as JSON is replaced by a
+    note saying so."""
     if info is None:
         return None
     if not isinstance(info, Mapping):
@@ -72,12 +73,17 @@ def checked_info(info: Any) -> dict[str, Any] | None:
     if not info:
         return None
     try:
-        text = json.dumps({str(k): v for k, v in info.items()}, default=repr, allow_nan=False)
+        text = json.dumps({str(k): v for k, v in info.items()}, default=_jsonable, allow_nan=False)
     except (TypeError, ValueError) as exc:  # a NaN, a cycle, a nested dict with keys JSON has not
         raise ValueError(f"step's info cannot be recorded as JSON: {exc}") from None
     if len(text) > MAX_INFO_CHARS:
         return {"info_dropped": f"{len(text)} characters of JSON, over the {MAX_INFO_CHARS} kept per turn"}
     return json.loads(text)
+
+
+def _jsonable(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # numpy and torch scalars and arrays
+    return tolist() if callable(tolist) else repr(value)
 
 
 def _preview(value: Any) -> str:

@@ -4,6 +4,7 @@ be recorded."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from actors.pool.codec import decode, encode
@@ -46,9 +47,13 @@ def _with(info):
 
 
 def test_each_answered_turn_keeps_its_info_as_json_data_and_empty_where_it_gave_none():
-    result = _play(_with({"score": 0.5, "tags": ["x"]}))
+    result = _play(_with({"score": np.float32(0.5), "tags": ["x"], "counts": np.arange(3)}))
     assert result.status == "ok" and result.reward == 1.0
-    assert result.infos == [{"turn": 1, "seen": "{'a'}"}, {"score": 0.5, "tags": ["x"]}, {}]
+    assert result.infos == [
+        {"turn": 1, "seen": "{'a'}"},
+        {"score": 0.5, "tags": ["x"], "counts": [0, 1, 2]},
+        {},
+    ]
     assert _play(_with({})).infos[1] == {} and _play(_with(None)).infos[1] == {}
 
 
