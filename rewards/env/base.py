@@ -7,6 +7,7 @@
             ...
         def step(self, action: str) -> StepResult | tuple[str, float, bool]:
             ...                           # (observation, reward, done), or with a 4th item, info
+                                          # (gymnasium's 5 items are taken too)
 
 `setup()` runs before `reset` and `close()` after the episode's last step, whatever ended it
 (an instance may hold an engine or a temporary directory). A turn's reward may be 0 until the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,18 +48,33 @@ class EpisodeResult:
 
 
 def checked_step(out: Any) -> StepResult:
-    """`out` of a step as a StepResult; ValueError (one line) when it has the wrong shape."""
-    if not isinstance(out, tuple | list) or len(out) not in (3, 4):
-        raise ValueError(f"step must return (observation, reward, done) or with info, got {_preview(out)}")
-    observation, reward, done = out[:3]
-    info = checked_info(out[3] if len(out) == 4 else getattr(out, "info", None))
+    """`out` of a step as a StepResult; ValueError (one line) when it has the wrong shape.
+
+    Taken: (observation, reward, done), the same with info, and gymnasium's (observation, reward,
+    terminated, truncated, info), where either flag ends the episode; numpy numbers and bools too."""
+    if not isinstance(out, tuple | list) or len(out) not in (3, 4, 5):
+        raise ValueError(
+            f"step must return (observation, reward, done), with info, or gymnasium's five items, got {_preview(out)}"
+        )
+    observation, reward = out[:2]
+    flags = out[2:4] if len(out) == 5 else out[2:3]
+    info = checked_info(out[len(flags) + 2] if len(out) > 3 else getattr(out, "info", None))
     if not isinstance(observation, str):
         raise ValueError(f"step's observation must be a str, got {type(observation).__name__}")
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
         raise ValueError(f"step's reward must be a finite number, got {_preview(reward)}")
-    if not isinstance(done, bool):
-        raise ValueError(f"step's done must be a bool, got {type(done).__name__}")
-    return StepResult(observation, float(reward), done, info)
+    for flag in flags:
+        if not _is_bool(flag):
+            raise ValueError(f"step's done must be a bool, got {type(flag).__name__}")
+    return StepResult(observation, float(reward), any(bool(f) for f in flags), info)
+
+
+def _is_bool(flag: Any) -> bool:
+    """A bool, or a numpy one (what gymnasium environments often return)."""
+    numpy_bool = (
+        getattr(getattr(flag, "dtype", None), "kind", "") == "b" and getattr(flag, "shape", None) == ()
+    )
+    return isinstance(flag, bool) or numpy_bool
 
 
 def checked_info(info: Any) -> dict[str, Any] | None:

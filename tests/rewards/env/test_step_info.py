@@ -126,3 +126,22 @@ def test_an_episode_on_a_worker_brings_back_the_same_infos_through_the_pools_enc
     got = record.result()
     assert got.infos == want.infos and got.status == want.status
     assert got.infos[-1] == {"ended": "out of tries"} and got.infos[:-1] == [{}]
+
+
+class Gymnasium(Environment):
+    """Steps as gymnasium's API returns them: numpy numbers, terminated and truncated, info."""
+
+    def reset(self, row):
+        self.n = 0
+        return "go\n"
+
+    def step(self, action):
+        self.n += 1
+        truncated = np.bool_(self.n == 2)  # its own time limit
+        return "more\n", np.float32(0.25), np.bool_(False), truncated, {"n": np.int64(self.n)}
+
+
+def test_gymnasiums_five_items_are_taken_and_truncated_ends_the_episode():
+    result = _play(Gymnasium)
+    assert (result.status, result.turns, result.reward, result.done_by_env) == ("ok", 2, 0.5, True)
+    assert result.infos == [{"n": 1}, {"n": 2}]
