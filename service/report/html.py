@@ -5,7 +5,8 @@
     curves       report.png, embedded (drawn first if missing)
     by length    the held-out figures by game length (plies) of the first and the last evaluation
     samples      each evaluation's sample completions: prompt, completion, target, reward, status,
-                 and for chess the target and completion boards (python-chess SVG), differences marked
+                 and for chess the target and completion boards (python-chess SVG), differences marked;
+                 an environment's turns' infos where its steps gave any
     config       the resolved config.yaml
 
 No scripts, no files beside it, nothing fetched: it opens anywhere. Cells carry `data-field`
@@ -35,6 +36,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;
 vertical-align:top;font-size:13px}th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 code,pre{font-family:ui-monospace,monospace;font-size:12px}td code{word-break:break-all}
+td[data-field=env_info] code{white-space:pre-wrap}
 .status-succeeded{color:#2a7}.status-failed{color:#c22}.status-stopped{color:#c80}
 .boards{display:flex;gap:6px}.boards figure{margin:0}.boards figcaption{font-size:11px;color:#666}
 img.curves{max-width:100%;border:1px solid #eee}
@@ -159,27 +161,37 @@ def _code(value: Any) -> str:
     return f"<code>{esc(value)}</code>"
 
 
-def _sample_row(step: Any, sample: Mapping[str, Any]) -> str:
-    cells = (
+def _turn_infos(sample: Mapping[str, Any]) -> str:
+    """An episode's turns' infos (`env_info`), one line of JSON per turn."""
+    lines = [json.dumps(info, sort_keys=True) for info in sample.get("env_info") or []]
+    return _code("\n".join(lines)) if lines else ""
+
+
+def _sample_row(step: Any, sample: Mapping[str, Any], with_info: bool) -> str:
+    cells = [
         _cell("prompt", _code(sample.get("prompt"))),
         _cell("completion", _code(sample.get("completion"))),
         _cell("target", _code(sample.get("target"))),
         _cell("reward", fmt(sample.get("reward")), True),
         _cell("status", esc(sample.get("status"))),
         _cell("boards", _boards(sample)),
-    )
+    ]
+    if with_info:
+        cells.append(_cell("env_info", _turn_infos(sample)))
     return f'<tr data-step="{esc(step)}">{"".join(cells)}</tr>'
 
 
 def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
     parts = ["<h2>Sample completions</h2>"]
     for record in evals:
-        rows = (_sample_row(record.get("step"), s) for s in record.get("samples") or [])
+        samples = record.get("samples") or []
+        with_info = any(s.get("env_info") for s in samples)  # an environment's turns said something
+        rows = (_sample_row(record.get("step"), s, with_info) for s in samples)
         parts.append(
             f"<h3>step {esc(record.get('step'))} ({esc(record.get('kind'))}, {esc(record.get('phase'))} policy)</h3>"
         )
         headers = ("prompt", "completion", "target", "reward", "status", "boards")
-        parts.append(_table(headers, rows, "samples"))
+        parts.append(_table((*headers, "turns' info") if with_info else headers, rows, "samples"))
     return "".join(parts)
 
 

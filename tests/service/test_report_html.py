@@ -11,7 +11,7 @@ from actors.run.control import EVAL, START, STEP
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.report.boards import figures_by_length, plies_of
-from service.report.html import fmt, pct, render_html
+from service.report.html import fmt, pct, render_html, samples_section
 from service.report.timing import step_time_split
 from service.run_files import read_jsonl
 from trainer.schedule import Schedule
@@ -131,3 +131,17 @@ def test_a_task_without_games_has_no_figures_by_game_length(run_dir):
     page = render_html(run_dir)
     assert "game length" not in page and "by-length" not in page
     assert "Held-out evaluations" in page  # the task's own figures stay
+
+
+def test_an_environments_turns_infos_get_their_own_column_only_where_they_were_given():
+    infos = [{"move": "e2e4", "cp_loss": 0}, {}]
+    with_info = {"step": 4, "kind": "final", "phase": "grpo", "samples": [
+        {"prompt": "p", "completion": "e4\n", "reward": 0.5, "status": "ok", "env_info": infos},
+        {"prompt": "q", "completion": "\n", "reward": 0.0, "status": "ok"},
+    ]}  # fmt: skip
+    without = {**with_info, "step": 2, "samples": [{"prompt": "p", "completion": "x", "status": "ok"}]}
+    page = samples_section([without, with_info])
+    tables = page.split('<table data-table="samples">')[1:]
+    assert "turns' info" not in tables[0] and 'data-field="env_info"' not in tables[0]
+    assert tables[1].count("<th>turns&#x27; info</th>") == 1 and tables[1].count('data-field="env_info"') == 2
+    assert "<code>{&quot;cp_loss&quot;: 0, &quot;move&quot;: &quot;e2e4&quot;}\n{}</code>" in tables[1]
