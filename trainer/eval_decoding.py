@@ -60,7 +60,8 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 
 def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -> dict[str, Any]:
     """One greedy episode per pair: the usual summary (each sample's completion is its whole
-    transcript after the prompt, and `env_info` its turns' infos where a step gave one) plus
+    transcript after the prompt, `env_info` its turns' infos where a step gave one, and
+    `env_episode_info` what the environment said at the episode's end) plus
     success_rate, turns_mean, env_step_s and env_errors."""
     cfg = trainer.cfg.sampling.model_copy(update={"group_size": 1})
     chunks = _chunks(pairs, EVAL_PROMPTS_PER_BATCH)
@@ -72,10 +73,12 @@ def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -
         scored.statuses, n_samples, scored.usable,
     )  # fmt: skip
     summary.update(episode_figures(scored.stats))
-    infos = [r.infos for o in outs for r in o.results]
-    for sample, turns in zip(summary["samples"], infos, strict=False):  # the first n_samples episodes
-        if any(turns):
-            sample["env_info"] = turns  # each answered turn's info ({} where it gave none)
+    results = [r for o in outs for r in o.results]
+    for sample, result in zip(summary["samples"], results, strict=False):  # the first n_samples
+        if any(result.infos):
+            sample["env_info"] = result.infos  # each answered turn's info ({} where it gave none)
+        if result.episode_info:
+            sample["env_episode_info"] = result.episode_info
     return summary
 
 

@@ -78,6 +78,11 @@ class Environment:
             f"{type(self).__name__} must define step(action) -> (observation, reward, done)"
         )
 
+    def episode_info(self) -> Mapping[str, Any] | None:
+        """After the episode's last step (or where the sampler cut it), before `close`: what the
+        whole episode was about, kept with its evaluation sample (SkyRL's `get_metrics`); None: nothing."""
+        return None
+
     def close(self) -> None:
         """After the episode's last step (release what `setup` took)."""
 

@@ -45,6 +45,7 @@ class EpisodeResult:
     transcript: list[str] = field(default_factory=list)  # first observation, then action, observation, ...
     reason: str | None = None  # why, for env_error / timeout / max_turns
     infos: list[dict[str, Any]] = field(default_factory=list)  # each answered step's info ({}: none)
+    episode_info: dict[str, Any] | None = None  # Environment.episode_info at its end, JSON-safe
 
 
 def checked_step(out: Any) -> StepResult:
@@ -77,23 +78,23 @@ def _is_bool(flag: Any) -> bool:
     return isinstance(flag, bool) or numpy_bool
 
 
-def checked_info(info: Any) -> dict[str, Any] | None:
-    """A step's info as JSON-safe data for the records: a mapping's copy (numpy and torch values
+def checked_info(info: Any, what: str = "step's info") -> dict[str, Any] | None:
+    """A step's (or an episode's) info as JSON-safe data for the records: a mapping's copy (numpy and torch values
     as lists or numbers, other values JSON cannot hold as their repr), None for None or an empty
     one; ValueError when it is no mapping. One larger than MAX_INFO_CHARS as JSON is replaced by a
     note saying so."""
     if info is None:
         return None
     if not isinstance(info, Mapping):
-        raise ValueError(f"step's info must be a dict, got {type(info).__name__}")
+        raise ValueError(f"{what} must be a dict, got {type(info).__name__}")
     if not info:
         return None
     try:
         text = json.dumps({str(k): v for k, v in info.items()}, default=_jsonable, allow_nan=False)
     except (TypeError, ValueError) as exc:  # a NaN, a cycle, a nested dict with keys JSON has not
-        raise ValueError(f"step's info cannot be recorded as JSON: {exc}") from None
+        raise ValueError(f"{what} cannot be recorded as JSON: {exc}") from None
     if len(text) > MAX_INFO_CHARS:
-        return {"info_dropped": f"{len(text)} characters of JSON, over the {MAX_INFO_CHARS} kept per turn"}
+        return {"info_dropped": f"{len(text)} characters of JSON, over the {MAX_INFO_CHARS} kept"}
     return json.loads(text)
 
 
@@ -118,6 +119,7 @@ class EpisodeRecord:
         self.rewards: list[float] = []
         self.transcript: list[str] = []  # first observation, then action, observation, ...
         self.infos: list[dict[str, Any]] = []  # each answered step's info ({} when it gave none)
+        self.episode_info: dict[str, Any] | None = None  # what the environment said at the end
         self.turns = 0  # actions the environment received
         self.env_s = 0.0
         self.status: str | None = None  # set when the episode is over
@@ -182,6 +184,7 @@ class EpisodeRecord:
             transcript=list(self.transcript),
             reason=self.reason,
             infos=list(self.infos),
+            episode_info=self.episode_info,
         )
 
 
@@ -237,12 +240,24 @@ class Episode(EpisodeRecord):
         return ("", True) if self.over else self.answered(out)
 
     def end(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
-        """Close the environment and say how the episode ended (`EpisodeRecord.result`)."""
+        """Ask the environment what the episode was about, close it, and say how the episode ended
+        (`EpisodeRecord.result`). A failing `episode_info` or `close` spoils nothing already
+        played, but is said (the result's reason, where it has none)."""
+        said = self._episode_info() if self.env is not None else None
         result = self.result(cut, reason)
         if self.env is not None:
             try:
                 self.env.close()
-            except Exception as exc:  # a failing close spoils nothing already played, but is said
-                result.reason = result.reason or f"close raised {type(exc).__name__}: {exc}"
+            except Exception as exc:
+                said = said or f"close raised {type(exc).__name__}: {exc}"
             self.env = None
+        result.reason = result.reason or said
         return result
+
+    def _episode_info(self) -> str | None:
+        """Keep the environment's `episode_info`; what went wrong, if anything."""
+        try:
+            self.episode_info = checked_info(self.env.episode_info(), "episode_info")
+        except Exception as exc:
+            return f"episode_info raised {type(exc).__name__}: {exc}"
+        return None

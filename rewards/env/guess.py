@@ -48,6 +48,9 @@ class GuessNumber(Environment):
             return StepResult("", 0.0, True, {"ended": "out of tries"})
         return StepResult(HIGHER if guess < self.secret else LOWER, 0.0, False)
 
+    def episode_info(self) -> dict[str, int]:
+        return {"guesses": getattr(self, "guesses", 0)}  # 0: it never started
+
     @classmethod
     def generate_row(cls, index: int, seed: int) -> dict[str, int]:
         rng = random.Random(f"guess:{seed}:{index}")

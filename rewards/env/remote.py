@@ -11,8 +11,8 @@ is not deterministic ends such an episode with `env_error` instead.
 A call's result is a `ScoreResult`: the turn's reward as its total, the observation as its text,
 and in its components whether the episode is over (`over`), how (`end`: an index into
 `EPISODE_STATUSES`, -1 while it goes on), whether the environment said done (`by_env`), the
-seconds spent in the environment (`env_s`) and the turns replayed (`replayed`); the step's info
-as its info. `apply_call` turns it back into the sampler's record of the episode.
+seconds spent in the environment (`env_s`) and the turns replayed (`replayed`); as its info, the
+step's (`turn`) and, once the episode ended, the environment's `episode_info` (`episode`). `apply_call` turns it back into the sampler's record of the episode.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class EpisodeCalls:
                 episode = self._held.pop(key, None)
             if episode is not None:
                 episode.end()
-            return ScoreResult(0.0, {}, OK)
+            return ScoreResult(0.0, {}, OK, info=_carried(None, episode and episode.episode_info))
         if kind == START:
             episode = self._new(item["row"])
             first = episode.start()
@@ -115,8 +115,8 @@ class EpisodeCalls:
         answered = len(episode.transcript) == 2 * episode.turns + 1  # the step gave an observation
         observation = episode.transcript[-1] if answered else ""
         reward = episode.rewards[-1] if answered else 0.0
-        info = (episode.infos[-1] or None) if answered else None
-        return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent, info)
+        turn_info = (episode.infos[-1] or None) if answered else None
+        return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent, turn_info)
 
     def _new(self, row: Mapping[str, Any]) -> Episode:
         return Episode(
@@ -159,7 +159,7 @@ class EpisodeCalls:
         reward: float,
         replayed: int,
         env_s: float | None = None,
-        info: dict[str, Any] | None = None,
+        turn_info: dict[str, Any] | None = None,
     ) -> ScoreResult:
         if episode.over:
             with self._lock:
@@ -180,9 +180,16 @@ class EpisodeCalls:
             "env_s": episode.env_s if env_s is None else env_s,
             "replayed": float(replayed),
         }
+        info = _carried(turn_info, episode.episode_info)  # the episode's: only once it ended
         return ScoreResult(
             reward, components, OK, episode.reason if episode.over else None, observation, info
         )
+
+
+def _carried(turn: dict[str, Any] | None, episode: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A call's info: the turn's and the episode's (`Environment.episode_info`), where given."""
+    info = {k: v for k, v in (("turn", turn), ("episode", episode)) if v is not None}
+    return info or None
 
 
 def _rebuild(env: str, max_turns: int, reward_mode: str, step_timeout_s: float | None) -> EpisodeCalls:
@@ -198,6 +205,7 @@ def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResul
     if result.status != OK:
         record.fail(TIMEOUT if result.status == CALL_TIMEOUT else ENV_ERROR, result.reason or result.status)
         return "", True
+    apply_close(record, result)
     parts = result.components
     record.env_s += parts.get("env_s", 0.0)
     record.replayed += int(parts.get("replayed", 0.0))
@@ -209,7 +217,15 @@ def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResul
         first = record.started(result.text)
         return first or "", first is None
     # the record applies the same rules as the worker's episode (done, max_turns)
-    return record.answered((result.text or "", result.total, bool(parts.get("by_env")), result.info))
+    turn_info = (result.info or {}).get("turn")
+    return record.answered((result.text or "", result.total, bool(parts.get("by_env")), turn_info))
 
 
-__all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "call_item"]
+def apply_close(record: EpisodeRecord, result: ScoreResult) -> None:
+    """Keep the episode info a call brought back (the worker's episode ended with that call)."""
+    episode_info = (result.info or {}).get("episode")
+    if episode_info is not None:
+        record.episode_info = episode_info
+
+
+__all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "apply_close", "call_item"]

@@ -13,7 +13,8 @@ shape (an `init` and a `step`, no `reset`) in `SkyRLEnvironment`:
 - each step's observation messages become one answer, their contents joined by newlines (through
   the chat template as a user message);
 - each step's reward is a turn's reward: the episode's reward is their sum (`task.episode_reward`);
-- each step's `metadata` (a dict) is the turn's info: the evaluation records keep it per turn;
+- each step's `metadata` (a dict) is the turn's info, and `get_metrics()` at the episode's end its
+  episode info: the evaluation records keep both;
 - the environment is replayed after a lost worker only when its class says
   `deterministic = True` (SkyRL's do not say it: they end such an episode `env_error`).
 """
@@ -77,6 +78,10 @@ class SkyRLEnvironment(Environment):
         reward, metadata = out["reward"], out.get("metadata")
         info = dict(metadata) if isinstance(metadata, Mapping) else None  # kept per turn in the records
         return StepResult(_text(out["observations"], "observations"), float(reward), bool(out["done"]), info)
+
+    def episode_info(self) -> Mapping[str, Any] | None:
+        get_metrics = getattr(getattr(self, "env", None), "get_metrics", None)
+        return get_metrics() if callable(get_metrics) else None
 
     def close(self) -> None:
         env = getattr(self, "env", None)

@@ -6,7 +6,7 @@
     by length    the held-out figures by game length (plies) of the first and the last evaluation
     samples      each evaluation's sample completions: prompt, completion, target, reward, status,
                  and for chess the target and completion boards (python-chess SVG), differences marked;
-                 an environment's turns' infos where its steps gave any
+                 an environment's infos (its turns', its episodes') where it gave any
     config       the resolved config.yaml
 
 No scripts, no files beside it, nothing fetched: it opens anywhere. Cells carry `data-field`
@@ -162,8 +162,11 @@ def _code(value: Any) -> str:
 
 
 def _turn_infos(sample: Mapping[str, Any]) -> str:
-    """An episode's turns' infos (`env_info`), one line of JSON per turn."""
+    """An episode's turns' infos (`env_info`), one line of JSON per turn, then what the environment
+    said at its end (`env_episode_info`)."""
     lines = [json.dumps(info, sort_keys=True) for info in sample.get("env_info") or []]
+    if sample.get("env_episode_info"):
+        lines.append("episode: " + json.dumps(sample["env_episode_info"], sort_keys=True))
     return _code("\n".join(lines)) if lines else ""
 
 
@@ -185,13 +188,13 @@ def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
     parts = ["<h2>Sample completions</h2>"]
     for record in evals:
         samples = record.get("samples") or []
-        with_info = any(s.get("env_info") for s in samples)  # an environment's turns said something
+        with_info = any(s.get("env_info") or s.get("env_episode_info") for s in samples)  # an environment's
         rows = (_sample_row(record.get("step"), s, with_info) for s in samples)
         parts.append(
             f"<h3>step {esc(record.get('step'))} ({esc(record.get('kind'))}, {esc(record.get('phase'))} policy)</h3>"
         )
         headers = ("prompt", "completion", "target", "reward", "status", "boards")
-        parts.append(_table((*headers, "turns' info") if with_info else headers, rows, "samples"))
+        parts.append(_table((*headers, "environment's info") if with_info else headers, rows, "samples"))
     return "".join(parts)
 
 

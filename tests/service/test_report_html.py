@@ -133,15 +133,18 @@ def test_a_task_without_games_has_no_figures_by_game_length(run_dir):
     assert "Held-out evaluations" in page  # the task's own figures stay
 
 
-def test_an_environments_turns_infos_get_their_own_column_only_where_they_were_given():
+def test_an_environments_infos_get_their_own_column_only_where_they_were_given():
     infos = [{"move": "e2e4", "cp_loss": 0}, {}]
     with_info = {"step": 4, "kind": "final", "phase": "grpo", "samples": [
-        {"prompt": "p", "completion": "e4\n", "reward": 0.5, "status": "ok", "env_info": infos},
+        {"prompt": "p", "completion": "e4\n", "reward": 0.5, "status": "ok", "env_info": infos,
+         "env_episode_info": {"moves": 1}},
         {"prompt": "q", "completion": "\n", "reward": 0.0, "status": "ok"},
     ]}  # fmt: skip
     without = {**with_info, "step": 2, "samples": [{"prompt": "p", "completion": "x", "status": "ok"}]}
     page = samples_section([without, with_info])
     tables = page.split('<table data-table="samples">')[1:]
-    assert "turns' info" not in tables[0] and 'data-field="env_info"' not in tables[0]
-    assert tables[1].count("<th>turns&#x27; info</th>") == 1 and tables[1].count('data-field="env_info"') == 2
-    assert "<code>{&quot;cp_loss&quot;: 0, &quot;move&quot;: &quot;e2e4&quot;}\n{}</code>" in tables[1]
+    assert "info" not in tables[0] and 'data-field="env_info"' not in tables[0]
+    assert tables[1].count("<th>environment&#x27;s info</th>") == 1
+    assert tables[1].count('data-field="env_info"') == 2
+    cell = "{&quot;cp_loss&quot;: 0, &quot;move&quot;: &quot;e2e4&quot;}\n{}\nepisode: {&quot;moves&quot;: 1}"
+    assert f"<code>{cell}</code>" in tables[1]

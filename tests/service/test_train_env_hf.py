@@ -86,9 +86,12 @@ def test_a_skyrl_gym_environment_runs_unchanged(tmp_path):
     )  # fmt: skip
     evals = _run(
         tmp_path / "run", "skyrl_gym.envs.gsm8k.multi_turn_env:GSM8kMultiTurnEnv", f"task.path={rows}",
-        "sft.steps=0", "sampling.max_new_tokens=190", "data.eval_size=8",
+        "sft.steps=0", "sampling.max_new_tokens=190", "data.eval_size=8", "run.eval_samples=8",
     )  # fmt: skip
     assert all(e["count"] == 8 and "env_error" not in e["statuses"] for e in evals)
+    # SkyRL's get_metrics at each episode's end: the turns its environment counted (0 when cut first)
+    steps = [s["env_episode_info"]["steps"] for e in evals for s in e["samples"] if "env_episode_info" in s]
+    assert steps and all(0 <= n <= 2 for n in steps), steps
     grpo = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if m["phase"] == "grpo"]
     # sampled episodes went past their first turn: the environment's user message was fed back
     assert max(m["turns_mean"] for m in grpo) > 1.0, "no episode got a SkyRL answer: the run showed nothing"

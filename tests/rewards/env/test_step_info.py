@@ -11,7 +11,7 @@ from actors.pool.codec import decode, encode
 from rewards.env import Environment, Episode, StepResult
 from rewards.env.episode import MAX_INFO_CHARS, EpisodeRecord
 from rewards.env.guess import GuessNumber
-from rewards.env.remote import START, STEP, EpisodeCalls, apply_call, call_item
+from rewards.env.remote import CLOSE, START, STEP, EpisodeCalls, apply_call, apply_close, call_item
 from rewards.env.skyrl import wrap_skyrl
 
 
@@ -73,7 +73,7 @@ def test_an_info_that_cannot_be_recorded_ends_the_episode_as_env_error(info, rea
 
 def test_an_info_over_the_limit_is_replaced_by_a_note_and_the_episode_goes_on():
     result = _play(_with({"blob": "x" * MAX_INFO_CHARS}))
-    assert result.status == "ok" and "over the 2000 kept per turn" in result.infos[1]["info_dropped"]
+    assert result.status == "ok" and "over the 2000 kept" in result.infos[1]["info_dropped"]
 
 
 class SkyRLShaped:
@@ -145,3 +145,56 @@ def test_gymnasiums_five_items_are_taken_and_truncated_ends_the_episode():
     result = _play(Gymnasium)
     assert (result.status, result.turns, result.reward, result.done_by_env) == ("ok", 2, 0.5, True)
     assert result.infos == [{"n": 1}, {"n": 2}]
+
+
+class Summing(Reporting):
+    """Says at the end how many turns it saw (its episode info)."""
+
+    def episode_info(self):
+        return {"turns_seen": self.n}
+
+
+class SummingBadly(Reporting):
+    def episode_info(self):
+        raise RuntimeError("no metrics")
+
+
+def test_the_environments_episode_info_is_kept_and_a_failing_one_spoils_nothing():
+    result = _play(Summing)
+    assert result.status == "ok" and result.episode_info == {"turns_seen": 3}
+    cut = _play(Summing, turns=1)  # the sampler cut it after one turn: asked all the same
+    assert cut.episode_info == {"turns_seen": 1}
+    bad = _play(SummingBadly)
+    assert (bad.status, bad.reward, bad.episode_info) == ("ok", 1.0, None)
+    assert bad.reason == "episode_info raised RuntimeError: no metrics"
+
+
+def test_a_skyrl_environments_get_metrics_is_its_episode_info():
+    metrics = type("WithMetrics", (SkyRLShaped,), {"get_metrics": lambda self: {"steps": self.turns}})
+    episode = Episode(wrap_skyrl(metrics), {"prompt": [{"role": "user", "content": "hi"}]}, max_turns=4)
+    episode.start()
+    episode.act("one")
+    episode.act("two")
+    assert episode.end().episode_info == {"steps": 2}
+
+
+def _on_worker(actions, *, close: bool):
+    """Play `actions` through EpisodeCalls and the pool's encoding; close it as the sampler does
+    when it cut the episode; the mirror's result."""
+    calls, record = EpisodeCalls("guess", max_turns=6), EpisodeRecord(max_turns=6)
+    row = {"secret": 3}
+    through = lambda result: decode(encode([result]))[0]  # noqa: E731
+    apply_call(record, START, "", through(calls.call(call_item(START, "e", row), "")))
+    for action in actions:
+        if apply_call(record, STEP, action, through(calls.call(call_item(STEP, "e", row, record), action)))[
+            1
+        ]:
+            break
+    if close:
+        apply_close(record, through(calls.call(call_item(CLOSE, "e", row), "")))
+    return record.result()
+
+
+def test_an_episode_on_a_worker_brings_back_its_episode_info_when_it_ends_or_is_closed():
+    assert _on_worker(["9", "3"], close=False).episode_info == {"guesses": 2}  # the environment ended it
+    assert _on_worker(["9"], close=True).episode_info == {"guesses": 1}  # the sampler cut it
