@@ -50,8 +50,11 @@ class PythonTool(Environment):
             return StepResult("", float(answered.group(1).strip() == self.answer), True)
         code = CODE.search(action)
         if not code:
-            return StepResult(HELP, 0.0, False)
-        return StepResult(f"<output>\n{_output(code.group(1))}\n</output>\n", 0.0, False)
+            return StepResult(HELP, 0.0, False, {"tool": "none: the instructions again"})
+        output, status = _output(code.group(1))
+        return StepResult(
+            f"<output>\n{output}\n</output>\n", 0.0, False, {"tool": "python", "status": status}
+        )
 
     @classmethod
     def generate_row(cls, index: int, seed: int) -> dict[str, str]:
@@ -66,7 +69,8 @@ class PythonTool(Environment):
         return [f"<python>print({expression})", f"<answer>{row['answer']}"]
 
 
-def _output(code: str) -> str:
+def _output(code: str) -> tuple[str, str]:
+    """What the policy is shown of running `code`, and the sandbox's status."""
     result = run_python(code, limits=LIMITS)
     if result.ok:
         text = result.stdout
@@ -74,4 +78,4 @@ def _output(code: str) -> str:
         tail = "\n".join(result.stderr.strip().splitlines()[-3:])
         text = f"[{result.status}] {tail or result.detail}"
     text = text.strip()
-    return text if len(text) <= MAX_OUTPUT_CHARS else text[: MAX_OUTPUT_CHARS - 3] + "..."
+    return (text if len(text) <= MAX_OUTPUT_CHARS else text[: MAX_OUTPUT_CHARS - 3] + "..."), result.status

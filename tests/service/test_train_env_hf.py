@@ -48,8 +48,10 @@ def test_python_tool_runs_the_policys_code_and_hands_back_its_output(tmp_path):
     )
     final = evals[-1]
     assert final["turns_mean"] > 1.0, "no episode ran code and went on: the run showed nothing"
-    ran = [s["completion"] for s in final["samples"] if "<output>" in s["completion"]]
-    assert ran and all("</output>" in c for c in ran)
+    ran = [s for s in final["samples"] if "<output>" in s["completion"]]
+    assert ran and all("</output>" in s["completion"] for s in ran)
+    # each run of code is in its turn's info, with the sandbox's status
+    assert all(any(i.get("tool") == "python" and i.get("status") for i in s["env_info"]) for s in ran), ran
 
 
 @pytest.mark.e2e

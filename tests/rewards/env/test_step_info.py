@@ -198,3 +198,27 @@ def _on_worker(actions, *, close: bool):
 def test_an_episode_on_a_worker_brings_back_its_episode_info_when_it_ends_or_is_closed():
     assert _on_worker(["9", "3"], close=False).episode_info == {"guesses": 2}  # the environment ended it
     assert _on_worker(["9"], close=True).episode_info == {"guesses": 1}  # the sampler cut it
+
+
+def test_python_tool_says_what_ran_in_each_turns_info():
+    from rewards.env.python_tool import HELP, PythonTool
+    from rewards.sandbox import sandbox_unavailable_reason
+
+    if sandbox_unavailable_reason() is not None:
+        pytest.skip(f"no sandbox here: {sandbox_unavailable_reason()}")
+    result = _play_actions(PythonTool, {"question": "What is 2 + 3?", "answer": "5"},
+                           ["<python>print(2 + 3)", "<python>1 / 0", "thinking", "<answer>5"])  # fmt: skip
+    assert (result.status, result.reward, result.turns) == ("ok", 1.0, 4)
+    assert result.transcript[2] == "<output>\n5\n</output>\n" and result.transcript[6] == HELP
+    tool = [info.get("tool") for info in result.infos]
+    assert tool == ["python", "python", "none: the instructions again", None]
+    assert result.infos[0]["status"] == "ok" and result.infos[1]["status"] not in ("ok", None)
+
+
+def _play_actions(env_cls, row, actions):
+    episode = Episode(env_cls, row, max_turns=len(actions))
+    episode.start()
+    for action in actions:
+        if episode.act(action)[1]:
+            break
+    return episode.end()
