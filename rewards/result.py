@@ -34,7 +34,7 @@ class ScoreResult:
     status: str = OK
     reason: str | None = None  # why, for error / bad_input / too_long / timeout
     text: str | None = None  # what the item hands back besides its reward (an environment's observation)
-    info: dict[str, Any] | None = None  # what the item reports for the records (an environment step's info)
+    info: dict[str, Any] | None = None  # what the item reports for the records (an environment call's infos)
 
     @property
     def usable(self) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from actors.pool.reward_pool import RewardPool
 from rewards.env.episode import ENV_ERROR, EpisodeRecord, EpisodeResult
-from rewards.env.remote import CLOSE, START, STEP, apply_call, apply_close, call_item
+from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item, keep_episode_info
 
 
 class PoolEpisodes:
@@ -103,7 +103,7 @@ class PoolEpisodes:
             if kind == CLOSE:
                 self._open.discard(i)
                 if result.status == "ok":
-                    apply_close(self._records[i], result)
+                    keep_episode_info(self._records[i], result)
                 continue
             replies[i] = apply_call(self._records[i], kind, actions[i], result)
             if result.components.get("over") or result.status != "ok":

@@ -13,7 +13,8 @@
 (an instance may hold an engine or a temporary directory). A turn's reward may be 0 until the
 last; the episode's reward is their sum, or the last one (`task.episode_reward`). A step may
 return a fourth item, `info`: a dict of what the turn was about (as gymnasium's `info`, SkyRL's
-`metadata`), which the evaluation records keep per turn and the trainer never reads.
+`metadata`; gymnasium's five items are taken too), and an optional `episode_info()` says at the
+end what the whole episode was about: the evaluation records keep both, the trainer never reads them.
 """
 
 from __future__ import annotations

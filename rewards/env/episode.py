@@ -24,7 +24,7 @@ from typing import Any
 from rewards.env.base import Environment, StepResult
 
 OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT = "ok", "max_tokens", "max_turns", "env_error", "timeout"
-MAX_INFO_CHARS = 2000  # a step's info kept in the records, as JSON
+MAX_INFO_CHARS = 2000  # of a step's or an episode's info kept in the records, as JSON
 EPISODE_STATUSES = (OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT)
 USABLE_EPISODE_STATUSES = frozenset({OK, MAX_TOKENS})
 REWARD_MODES = ("sum", "final")
@@ -79,10 +79,10 @@ def _is_bool(flag: Any) -> bool:
 
 
 def checked_info(info: Any, what: str = "step's info") -> dict[str, Any] | None:
-    """A step's (or an episode's) info as JSON-safe data for the records: a mapping's copy (numpy and torch values
-    as lists or numbers, other values JSON cannot hold as their repr), None for None or an empty
-    one; ValueError when it is no mapping. One larger than MAX_INFO_CHARS as JSON is replaced by a
-    note saying so."""
+    """A step's (or an episode's) info as JSON-safe data for the records: a mapping's copy (numpy
+    and torch values as lists or numbers, other values JSON cannot hold as their repr), None for
+    None or an empty one; ValueError when it is no mapping. One larger than MAX_INFO_CHARS as JSON
+    is replaced by a note saying so."""
     if info is None:
         return None
     if not isinstance(info, Mapping):

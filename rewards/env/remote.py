@@ -12,7 +12,8 @@ A call's result is a `ScoreResult`: the turn's reward as its total, the observat
 and in its components whether the episode is over (`over`), how (`end`: an index into
 `EPISODE_STATUSES`, -1 while it goes on), whether the environment said done (`by_env`), the
 seconds spent in the environment (`env_s`) and the turns replayed (`replayed`); as its info, the
-step's (`turn`) and, once the episode ended, the environment's `episode_info` (`episode`). `apply_call` turns it back into the sampler's record of the episode.
+step's (`turn`) and, once the episode ended, the environment's `episode_info` (`episode`).
+`apply_call` turns it back into the sampler's record of the episode.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResul
     if result.status != OK:
         record.fail(TIMEOUT if result.status == CALL_TIMEOUT else ENV_ERROR, result.reason or result.status)
         return "", True
-    apply_close(record, result)
+    keep_episode_info(record, result)
     parts = result.components
     record.env_s += parts.get("env_s", 0.0)
     record.replayed += int(parts.get("replayed", 0.0))
@@ -221,11 +222,12 @@ def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResul
     return record.answered((result.text or "", result.total, bool(parts.get("by_env")), turn_info))
 
 
-def apply_close(record: EpisodeRecord, result: ScoreResult) -> None:
-    """Keep the episode info a call brought back (the worker's episode ended with that call)."""
+def keep_episode_info(record: EpisodeRecord, result: ScoreResult) -> None:
+    """Keep the episode info a call brought back: the worker's episode ended with that call (the
+    environment's last step, or the CLOSE of one the sampler ended)."""
     episode_info = (result.info or {}).get("episode")
     if episode_info is not None:
         record.episode_info = episode_info
 
 
-__all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "apply_close", "call_item"]
+__all__ = ["CLOSE", "START", "STEP", "EpisodeCalls", "apply_call", "keep_episode_info", "call_item"]

@@ -11,7 +11,7 @@ from actors.pool.codec import decode, encode
 from rewards.env import Environment, Episode, StepResult
 from rewards.env.episode import MAX_INFO_CHARS, EpisodeRecord
 from rewards.env.guess import GuessNumber
-from rewards.env.remote import CLOSE, START, STEP, EpisodeCalls, apply_call, apply_close, call_item
+from rewards.env.remote import CLOSE, START, STEP, EpisodeCalls, apply_call, call_item, keep_episode_info
 from rewards.env.skyrl import wrap_skyrl
 
 
@@ -191,7 +191,7 @@ def _on_worker(actions, *, close: bool):
         ]:
             break
     if close:
-        apply_close(record, through(calls.call(call_item(CLOSE, "e", row), "")))
+        keep_episode_info(record, through(calls.call(call_item(CLOSE, "e", row), "")))
     return record.result()
 
 
