@@ -137,6 +137,8 @@ def _check_environment(task, n: int) -> int:
         f"cost/call:    {_ms(trial.step_s)} per reset or step (mean of {trial.calls})",
         f"statuses:     {statuses or 'none'}",
         *(f"  error: {reason[:120]}" for reason in trial.errors[:3]),
+        f"infos:        {_info_keys(trial)}",
+        *(f"  note: {reason[:120]}" for reason in trial.notes[:3]),
         f"determinism:  {len(trial.mismatches)} of {trial.episodes // 2} rows played differently the second time",
     ]
     print("\n".join(lines), flush=True)
@@ -146,6 +148,16 @@ def _check_environment(task, n: int) -> int:
         return 2
     print("verdict:      a run would accept this environment", flush=True)
     return 0
+
+
+def _info_keys(trial) -> str:
+    """Which keys the turns' and the episodes' infos held, and how often."""
+
+    def keys(counts, of: int, what: str) -> str:
+        return f"{what}: " + (", ".join(f"{k} ({n} of {of})" for k, n in counts.most_common(6)) or "none")
+
+    turns = keys(trial.turn_info_keys, trial.turns, "per turn")
+    return f"{turns}; {keys(trial.episode_info_keys, trial.episodes, 'per episode')}"
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Trying an environment before a run: each sample row played twice with the same actions.
 
-For every row: the time of each reset and step, the statuses the episodes ended with, and,
-where the environment declares itself deterministic, whether the two plays gave the same
-observations and rewards (what replaying an episode relies on).
+For every row: the time of each reset and step, the statuses the episodes ended with, the keys of
+the infos its turns and episodes gave, what went wrong after an episode was played (a failing
+`episode_info` or `close`), and, where the environment declares itself deterministic, whether the
+two plays gave the same observations and rewards (what replaying an episode relies on).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class EnvTrial:
     statuses: Counter = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)  # first reason of each failed episode
     mismatches: list[str] = field(default_factory=list)  # rows whose two plays differed
+    turns: int = 0  # steps answered
+    turn_info_keys: Counter = field(default_factory=Counter)  # key -> turns whose info had it
+    episode_info_keys: Counter = field(default_factory=Counter)  # key -> episodes whose info had it
+    notes: list[str] = field(default_factory=list)  # reasons of episodes that ended ok all the same
 
     @property
     def step_s(self) -> float:
@@ -56,8 +61,13 @@ def try_environment(
             trial.calls += result.turns + 1
             trial.seconds += result.env_s
             trial.statuses[result.status] += 1
+            trial.turns += len(result.infos)
+            trial.turn_info_keys.update(key for info in result.infos for key in info)
+            trial.episode_info_keys.update(list(result.episode_info or {}))
         if first.reason and first.status != "ok":
             trial.errors.append(first.reason)
+        elif first.reason:  # played, but its episode_info or close failed
+            trial.notes.append(first.reason)
         same = first.transcript == second.transcript and first.reward == second.reward
         if env_cls.deterministic and not same:
             trial.mismatches.append(f"row {dict(row)!r:.80}: two plays of the same actions differ")

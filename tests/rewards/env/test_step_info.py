@@ -222,3 +222,12 @@ def _play_actions(env_cls, row, actions):
         if episode.act(action)[1]:
             break
     return episode.end()
+
+
+def test_trying_an_environment_counts_the_keys_of_its_infos_and_notes_a_failing_episode_info():
+    from rewards.env.check import env_problem, try_environment
+
+    trial = try_environment(GuessNumber, [({"secret": 5, "tries": 2}, ["8", "9"])], max_turns=6)
+    assert (trial.turns, trial.turn_info_keys, trial.episode_info_keys) == (4, {"ended": 2}, {"guesses": 2})
+    noted = try_environment(SummingBadly, [({}, ["a", "b", "c"])], max_turns=6)
+    assert env_problem(noted) is None and noted.notes == ["episode_info raised RuntimeError: no metrics"]
