@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from actors.pool.codec import decode, encode
-from rewards.env import Environment, Episode, StepResult
+from rewards.env import Environment, StepResult
+from rewards.env.check import env_problem, play, try_environment
 from rewards.env.episode import MAX_INFO_CHARS, EpisodeRecord
 from rewards.env.guess import GuessNumber
 from rewards.env.remote import CLOSE, START, STEP, EpisodeCalls, apply_call, call_item, keep_episode_info
@@ -34,12 +35,7 @@ class Reporting(Environment):
 
 
 def _play(env_cls, turns=3):
-    episode = Episode(env_cls, {}, max_turns=5)
-    episode.start()
-    for action in ["a", "b", "c"][:turns]:
-        if episode.act(action)[1]:
-            break
-    return episode.end()
+    return play(env_cls, {}, ["a", "b", "c"][:turns], max_turns=5, step_timeout_s=None)
 
 
 def _with(info):
@@ -76,6 +72,9 @@ def test_an_info_over_the_limit_is_replaced_by_a_note_and_the_episode_goes_on():
     assert result.status == "ok" and "over the 2000 kept" in result.infos[1]["info_dropped"]
 
 
+SKYRL_ROW = {"prompt": [{"role": "user", "content": "hi"}]}
+
+
 class SkyRLShaped:
     """The shape of a SkyRL-gym environment: init and step with chat messages and metadata."""
 
@@ -97,11 +96,8 @@ class SkyRLShaped:
 
 
 def test_a_skyrl_steps_metadata_is_its_info():
-    episode = Episode(wrap_skyrl(SkyRLShaped), {"prompt": [{"role": "user", "content": "hi"}]}, max_turns=4)
-    assert episode.start() == "hi"
-    episode.act("one")
-    episode.act("two")
-    result = episode.end()
+    result = play(wrap_skyrl(SkyRLShaped), SKYRL_ROW, ["one", "two"], max_turns=4, step_timeout_s=None)
+    assert result.transcript[0] == "hi"
     assert result.status == "ok" and result.infos == [
         {"tool": "calc", "turn": 1},
         {"tool": "calc", "turn": 2},
@@ -110,12 +106,7 @@ def test_a_skyrl_steps_metadata_is_its_info():
 
 def test_an_episode_on_a_worker_brings_back_the_same_infos_through_the_pools_encoding():
     row, actions = {"secret": 3, "tries": 2}, ["9", "12"]  # a wrong guess, then out of tries
-    local = Episode(GuessNumber, row, max_turns=6)
-    local.start()
-    for action in actions:
-        if local.act(action)[1]:
-            break
-    want = local.end()
+    want = play(GuessNumber, row, actions, max_turns=6, step_timeout_s=None)
     worker, record = EpisodeCalls("guess", max_turns=6), EpisodeRecord(max_turns=6)
     through = lambda result: decode(encode([result]))[0]  # noqa: E731 - as the pool carries it
     apply_call(record, START, "", through(worker.call(call_item(START, "e", row), "")))
@@ -171,11 +162,8 @@ def test_the_environments_episode_info_is_kept_and_a_failing_one_spoils_nothing(
 
 def test_a_skyrl_environments_get_metrics_is_its_episode_info():
     metrics = type("WithMetrics", (SkyRLShaped,), {"get_metrics": lambda self: {"steps": self.turns}})
-    episode = Episode(wrap_skyrl(metrics), {"prompt": [{"role": "user", "content": "hi"}]}, max_turns=4)
-    episode.start()
-    episode.act("one")
-    episode.act("two")
-    assert episode.end().episode_info == {"steps": 2}
+    result = play(wrap_skyrl(metrics), SKYRL_ROW, ["one", "two"], max_turns=4, step_timeout_s=None)
+    assert result.episode_info == {"steps": 2}
 
 
 def _on_worker(actions, *, close: bool):
@@ -206,8 +194,8 @@ def test_python_tool_says_what_ran_in_each_turns_info():
 
     if sandbox_unavailable_reason() is not None:
         pytest.skip(f"no sandbox here: {sandbox_unavailable_reason()}")
-    result = _play_actions(PythonTool, {"question": "What is 2 + 3?", "answer": "5"},
-                           ["<python>print(2 + 3)", "<python>1 / 0", "thinking", "<answer>5"])  # fmt: skip
+    actions = ["<python>print(2 + 3)", "<python>1 / 0", "thinking", "<answer>5"]
+    result = play(PythonTool, {"question": "What is 2 + 3?", "answer": "5"}, actions, 4, None)
     assert (result.status, result.reward, result.turns) == ("ok", 1.0, 4)
     assert result.transcript[2] == "<output>\n5\n</output>\n" and result.transcript[6] == HELP
     tool = [info.get("tool") for info in result.infos]
@@ -215,18 +203,7 @@ def test_python_tool_says_what_ran_in_each_turns_info():
     assert result.infos[0]["status"] == "ok" and result.infos[1]["status"] not in ("ok", None)
 
 
-def _play_actions(env_cls, row, actions):
-    episode = Episode(env_cls, row, max_turns=len(actions))
-    episode.start()
-    for action in actions:
-        if episode.act(action)[1]:
-            break
-    return episode.end()
-
-
 def test_trying_an_environment_counts_the_keys_of_its_infos_and_notes_a_failing_episode_info():
-    from rewards.env.check import env_problem, try_environment
-
     trial = try_environment(GuessNumber, [({"secret": 5, "tries": 2}, ["8", "9"])], max_turns=6)
     assert (trial.turns, trial.turn_info_keys, trial.episode_info_keys) == (4, {"ended": 2}, {"guesses": 2})
     noted = try_environment(SummingBadly, [({}, ["a", "b", "c"])], max_turns=6)
