@@ -30,6 +30,7 @@ class Metric:
     description: str
     short: str | None = None  # the logger name after the group (default: the key)
     series: str | None = None  # a Ray gauge of this value (tags run_id, phase); None: not exported
+    tag: str | None = None  # a {name: number} figure: its gauge has this tag as well, one series per name
 
     @property
     def name(self) -> str:
@@ -37,11 +38,18 @@ class Metric:
         return f"{self.group}/{self.short or self.key}"
 
 
-def _m(key: str, group: Group, description: str, short: str | None = None, export: bool = False) -> Metric:
+def _m(
+    key: str,
+    group: Group,
+    description: str,
+    short: str | None = None,
+    export: bool = False,
+    tag: str | None = None,
+) -> Metric:
     series = None
     if export:
         series = f"grpo_eval_{key}" if group == "eval" else f"grpo_{key}"
-    return Metric(key, group, description, short, series)
+    return Metric(key, group, description, short, series, tag)
 
 
 # Keys of a step record (metrics.jsonl), SFT and GRPO alike; a phase leaves out what it lacks.
@@ -74,6 +82,16 @@ STEP_METRICS: tuple[Metric, ...] = (
         "kl_reward_penalty",
         "train",
         "mean beta * summed KL taken from each reward (grpo.kl_placement=reward)",
+    ),
+    _m(
+        "reward_components",
+        "train",
+        "{component: mean} of the scorer's named components (each user reward; validity, similarity, "
+        "exact for fen; legal, quality, cp_loss for move; passed, total for code) over the items that "
+        "have it, on rank 0's completions",
+        "rewards",
+        export=True,
+        tag="component",
     ),
     _m("turns_mean", "train", "environment tasks: mean actions per episode", export=True),
     _m(

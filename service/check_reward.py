@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +65,28 @@ def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> lis
     ]
 
 
+def component_lines(trial: TrialResult) -> list[str]:
+    """Each named component's mean and range over the items that have it (a step reports the same
+    means, `reward_components`), and a note for one that gives every item the same value."""
+    parts, flat = [], []
+    for name, values in trial.components.items():
+        if not values:
+            parts.append(f"{name} on no item")
+            continue
+        low, high = min(values), max(values)
+        parts.append(
+            f"{name} mean {statistics.fmean(values):.3g} in [{low:.3g}, {high:.3g}] ({len(values)} items)"
+        )
+        if low == high and len(values) > 1:
+            flat.append(name)
+    if not parts:
+        return []
+    lines = [f"components:   {parts[0]}", *(f"              {part}" for part in parts[1:])]
+    lines += [f"  note: {name} gives every sampled item {trial.components[name][0]:g}: it adds nothing "
+              "GRPO can learn from on this sample" for name in flat]  # fmt: skip
+    return lines
+
+
 def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
     names = ", ".join(s.fn for s in cfg.reward.user) or "the task's built-in reward only"
     statuses = ", ".join(f"{status} {count}" for status, count in trial.statuses.most_common())
@@ -78,6 +101,7 @@ def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
         f"statuses:     {statuses or 'none'}",
     ]
     lines += [f"  error x{count}: {reason[:120]}" for reason, count in trial.errors.most_common(3)]
+    lines += component_lines(trial)
     counts = BatchCounts.of_statuses(trial.statuses.elements())
     k = cfg.sampling.group_size
     lines.append(

@@ -73,6 +73,9 @@ RUN_PANELS: tuple[PanelSpec, ...] = (
         (f'{_step("reward_mean")}{{run_id=~"$run_id", phase="grpo"}}', "train {{run_id}}"),
         (f"{_eval('reward_mean')}{RUN}", "held-out {{run_id}} ({{phase}} policy)"),
     )),
+    PanelSpec("Reward components (train)", (
+        (f'{_step("reward_components")}{{run_id=~"$run_id", phase="grpo"}}', "{{component}} {{run_id}}"),
+    ), description="mean of each named component of the reward: each user reward, a task's own parts"),
     PanelSpec("Loss", (_by_phase("loss"),)),
     PanelSpec("KL to the reference", (_by_phase("kl"),)),
     PanelSpec("Entropy of sampled tokens", (_by_phase("entropy"),)),

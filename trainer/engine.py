@@ -30,7 +30,7 @@ from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
 from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
 from trainer.grpo.episode_rewards import episode_figures
-from trainer.grpo.reward_source import Rewards, RewardSource
+from trainer.grpo.reward_source import Rewards, RewardSource, component_means
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
@@ -223,7 +223,7 @@ class Trainer:
         pairs: Sequence[Any],
         rewards: RewardSource,
         refill: Callable[[int], Sequence[Any]] | None = None,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Sample K completions per pair, score them through `rewards`, and make the step's updates.
 
         refill(t): round t's extra prompts (as many as `pairs`, every rank the same list) for
@@ -297,7 +297,7 @@ class Trainer:
         scored: Rewards,
         ref_logprobs: list[Tensor] | None = None,
         timer: PhaseTimer | None = None,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """The optimisation part of a GRPO step, given rollouts and their rewards (in row order)."""
         timer = timer or PhaseTimer(self.device)
         n_rows = sum(r.num_rows for r in rollouts)
@@ -338,6 +338,8 @@ class Trainer:
             truncated_frac=float(shaped.truncated.float().mean()),
             kl_reward_penalty=float(shaped.kl_penalty.mean()),
         )
+        if parts := component_means(scored.components):  # rank-local, as reward_ok_frac
+            host["reward_components"] = parts
         host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items() if not k.startswith("env_")})
         host.update(episode_figures(scored.stats))  # the env_ stats as means
         return host

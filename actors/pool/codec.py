@@ -30,6 +30,9 @@ class EncodedResults:
     reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
     texts: dict[int, str] = field(default_factory=dict)  # item index -> text, only where not None
     infos: dict[int, dict] = field(default_factory=dict)  # item index -> info, only where not None
+    # The components the scorer names as its own (`Scorer.component_names`), whose means a step
+    # reports; others a result carries (the code task's `sandbox_<status>` flags) are not averaged.
+    reported: tuple[str, ...] = ()
     # What the worker's process reported with the results (set by the worker, not by `encode`):
     worker_rss_mb: float | None = None  # its resident memory after the call
     output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
@@ -48,8 +51,8 @@ class EncodedResults:
         return self.totals.tolist()
 
 
-def encode(results: Sequence[ScoreResult]) -> EncodedResults:
-    """Columns of `results`; at most 256 distinct statuses per chunk."""
+def encode(results: Sequence[ScoreResult], reported: Sequence[str] = ()) -> EncodedResults:
+    """Columns of `results`; at most 256 distinct statuses per chunk. reported: see EncodedResults."""
     n = len(results)
     statuses = [r.status for r in results]
     status_names = tuple(dict.fromkeys(statuses))
@@ -82,6 +85,7 @@ def encode(results: Sequence[ScoreResult]) -> EncodedResults:
         reasons={i: r.reason for i, r in enumerate(results) if r.reason is not None},
         texts={i: r.text for i, r in enumerate(results) if r.text is not None},
         infos={i: r.info for i, r in enumerate(results) if r.info is not None},
+        reported=tuple(reported),
     )
 
 
@@ -104,6 +108,26 @@ def decode(enc: EncodedResults) -> list[ScoreResult]:
 def failed_block(n: int, status: str, reason: str) -> EncodedResults:
     """n items that all failed with `status` and `reason` (total 0, no components)."""
     return encode([ScoreResult.failed(status, reason)] * n)
+
+
+def reported_components(scorer: object) -> tuple[str, ...]:
+    """The components a scorer names as its own; none for one that names none (an environment host)."""
+    return tuple(getattr(scorer, "component_names", ()))
+
+
+def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each reported component over the items of `blocks` that have it; a reported
+    component no item had is (0, 0). Blocks that failed whole report none."""
+    out: dict[str, tuple[float, float]] = {}
+    for block in blocks:
+        for name in block.reported:
+            total, count = out.get(name, (0.0, 0.0))
+            if name in block.component_names:
+                j = block.component_names.index(name)
+                has = block.present[:, j]
+                total, count = total + float(block.components[has, j].sum()), count + float(has.sum())
+            out[name] = (total, count)
+    return out
 
 
 def count_status(enc: EncodedResults, status: str) -> int:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from actors.pool.codec import encode
+from actors.pool.codec import component_sums, encode, reported_components
 from actors.pool.daemon_threads import DaemonThreads
 from actors.pool.failure_policy import check_error_rate, failure_reasons
 from actors.pool.reward_pool import RewardPool
@@ -96,11 +96,13 @@ class PlacedRewards:
             "reward_errors": float(statuses.count(ERROR)),
             "reward_timeouts": float(statuses.count(TIMEOUT)),
         }
+        block = encode(results, reported_components(self.scorer))  # the columns the pool's results have
         if stats["reward_errors"] or stats["reward_timeouts"]:
-            self._inline_reasons += failure_reasons([encode(results)])
+            self._inline_reasons += failure_reasons([block])
         if results and self.pool.enforce_error_rate:  # the pool's guard, inline as on the pool
-            check_error_rate([encode(results)], stats, self.pool.cfg.error_rate_threshold)
-        return Rewards([r.total for r in results], [s in USABLE_STATUSES for s in statuses], statuses, stats)
+            check_error_rate([block], stats, self.pool.cfg.error_rate_threshold)
+        usable = [s in USABLE_STATUSES for s in statuses]
+        return Rewards([r.total for r in results], usable, statuses, stats, component_sums([block]))
 
     def collect(self, tickets: Sequence[Any], timeout_s: float | None = None) -> Rewards:
         """Every ticket's rewards in ticket order, from the pool or scored in process at submit."""
@@ -112,9 +114,12 @@ class PlacedRewards:
         parts, offset = [], 0
         for t in tickets:
             if isinstance(t, Ticket):
-                stats = pooled.stats if offset == 0 else {}  # the pool's figures once (they add up)
+                first = offset == 0  # the pool's figures once (they add up)
+                stats, sums = (pooled.stats, pooled.components) if first else ({}, {})
                 cut = slice(offset, offset + t.size)
-                parts.append(Rewards(pooled.values[cut], pooled.usable[cut], pooled.statuses[cut], stats))
+                parts.append(
+                    Rewards(pooled.values[cut], pooled.usable[cut], pooled.statuses[cut], stats, sums)
+                )
                 offset += t.size
             else:
                 parts.append(t)

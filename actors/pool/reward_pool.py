@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorAlreadyExistsError
 
-from actors.pool.codec import EncodedResults, count_status, decode
+from actors.pool.codec import EncodedResults, component_sums, count_status, decode
 from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
@@ -227,6 +227,7 @@ class RewardPool:
             usable=[s in USABLE_STATUSES for s in statuses],
             statuses=statuses,
             stats=stats,
+            components=component_sums(blocks),
         )
 
     def collect_results(

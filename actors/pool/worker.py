@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.pool.codec import EncodedResults, encode, failed_block
+from actors.pool.codec import EncodedResults, encode, failed_block, reported_components
 from actors.pool.waiting import WaitingRunner
 from actors.pool.worker_watch import capture_output, rss_mb
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
@@ -73,7 +73,7 @@ class RewardWorker:
                     results = self._runner.score(self._scorer, completions[lo:hi], targets[lo:hi], rows)
                 else:
                     results = self._scorer.score_batch(completions[lo:hi], targets[lo:hi], rows)
-                encoded = encode(results)
+                encoded = encode(results, reported_components(self._scorer))
             except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
                 encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
         self._busy_s += time.perf_counter() - began

@@ -20,13 +20,20 @@ from actors.metric_names import (
     SKIPPED_COUNTER,
     STEP_METRICS,
     STEPS_COUNTER,
+    Metric,
 )
 
 TAG_KEYS = RUN_TAG_KEYS
 
-# Record key -> (series, description), for the values the catalogue exports.
-STEP_GAUGES: dict[str, tuple[str, str]] = {m.key: (m.series, m.description) for m in STEP_METRICS if m.series}
-EVAL_GAUGES: dict[str, tuple[str, str]] = {m.key: (m.series, m.description) for m in EVAL_METRICS if m.series}
+# Record key -> (series, description), for the numbers the catalogue exports.
+STEP_GAUGES: dict[str, tuple[str, str]] = {
+    m.key: (m.series, m.description) for m in STEP_METRICS if m.series and not m.tag
+}
+EVAL_GAUGES: dict[str, tuple[str, str]] = {
+    m.key: (m.series, m.description) for m in EVAL_METRICS if m.series and not m.tag
+}
+# Record key -> the catalogue entry, for the {name: number} figures it exports (one series per name).
+STEP_TAGGED: dict[str, Metric] = {m.key: m for m in STEP_METRICS if m.series and m.tag}
 
 
 def _finite(value: Any) -> float | None:
@@ -42,6 +49,10 @@ class RunMetrics:
         self._run_id = run_id
         self._step = {key: Gauge(name, desc, tag_keys=TAG_KEYS) for key, (name, desc) in STEP_GAUGES.items()}
         self._eval = {key: Gauge(name, desc, tag_keys=TAG_KEYS) for key, (name, desc) in EVAL_GAUGES.items()}
+        self._tagged = {
+            key: (m.tag, Gauge(m.series, m.description, tag_keys=(*TAG_KEYS, m.tag)))
+            for key, m in STEP_TAGGED.items()
+        }
         self._steps = Counter(*STEPS_COUNTER, tag_keys=TAG_KEYS)
         self._skipped = Counter(*SKIPPED_COUNTER, tag_keys=TAG_KEYS)
 
@@ -55,6 +66,11 @@ class RunMetrics:
             value = _finite(record.get(key))
             if value is not None:
                 gauge.set(value, tags=tags)
+        for key, (tag, gauge) in self._tagged.items():
+            figure = record.get(key)
+            for name, inner in figure.items() if isinstance(figure, Mapping) else ():
+                if (value := _finite(inner)) is not None:
+                    gauge.set(value, tags={**tags, tag: str(name)})
         self._steps.inc(1, tags=tags)
         if (_finite(record.get("skipped")) or 0.0) > 0:
             self._skipped.inc(1, tags=tags)
@@ -73,6 +89,7 @@ __all__ = [
     "SKIPPED_COUNTER",
     "STEPS_COUNTER",
     "STEP_GAUGES",
+    "STEP_TAGGED",
     "TAG_KEYS",
     "RunMetrics",
 ]

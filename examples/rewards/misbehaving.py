@@ -18,6 +18,8 @@
   worker's RSS grows step after step (`pool.max_worker_rss_mb` recycles it).
 - `prints_a_lot`: a correct reward that prints `GRPO_EXAMPLE_PRINT_KB` KiB (default 1024) of text
   for every item, as a reward left with a debugging print of a whole board history does.
+- `constant`: 0.5 for every answer, as a reward that compares the wrong fields does: it never
+  fails, and teaches nothing (GRPO's advantages are differences within a group).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def raises_one_in_six(completion: str, target: str) -> float:
 
 def noisy(completion: str, target: str) -> float:
     return (1.0 if completion == target else 0.0) + random.random()
+
+
+def constant(completion: str, target: str) -> float:
+    return 0.5
 
 
 def not_a_number(completion: str, target: str) -> str:

@@ -63,6 +63,8 @@ class TrialResult:
     hung_completion: str = ""  # and its completion
     output: str = ""  # the first bytes the rewards printed (captured, as on a reward worker)
     output_bytes: int = 0  # every byte they printed
+    # The scorer's named components (`Scorer.component_names`): name -> its values, one per item that has it.
+    components: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def scored(self) -> int:
@@ -120,6 +122,7 @@ def _trial(
     repeats: int,
     warm_up: bool,
 ) -> TrialResult:
+    result.components = {name: [] for name in getattr(scorer, "component_names", ())}
     if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
         return result.stopped_at(0, items[0], deadline_s)
     for index, item in enumerate(items):
@@ -133,6 +136,9 @@ def _trial(
             result.costs_s.append(cost)
         first = outcomes[0]
         result.statuses[first.status] += 1
+        for name, values in result.components.items():
+            if name in first.components:
+                values.append(first.components[name])
         if first.status == ERROR:
             result.errors[first.reason or "error"] += 1
         result.differing += any(not _same(first, other) for other in outcomes[1:])

@@ -29,6 +29,7 @@ def test_the_bundled_reward(capsys):
     assert "0 of 8 items scored differently" in out and "verdict:      a run would accept" in out
     assert re.search(r"statuses:     .*ok 2", out)  # the targets; the other completions are not FENs
     assert "pool:         1 workers x 0.5 CPU" in out and "a GRPO step:  16 items" in out
+    assert "components:   validity mean 0.25 in [0, 1] (8 items)" in out and "note:" not in out
 
 
 def test_a_slow_reward_is_measured_and_its_calls_sized(capsys):
@@ -46,6 +47,7 @@ def test_a_slow_reward_is_measured_and_its_calls_sized(capsys):
         ("not_a_number", 2, "refused: reward.user: user reward"),
         ("noisy", 0, "8 of 8 items scored differently the second time (NOT deterministic)"),
         ("raises_one_in_six", 0, "error x"),
+        ("constant", 0, f"note: {EX}:constant gives every sampled item 0.5: it adds nothing GRPO can learn"),
     ],
 )
 def test_misbehaving_rewards(capsys, name, code, expected):

@@ -62,6 +62,9 @@ def _exported(metrics_url: str, run_id: str) -> set[str]:
         if not line.startswith("#") and f'run_id="{run_id}"' in line:
             name = line.split("{", 1)[0]
             names.add(name)
+            if 'component="' in line:  # a {name: number} figure: the series and its tag value
+                tag = line.split('component="', 1)[1].split('"', 1)[0]
+                names.add(f"{name}/{tag}")
             names.update(name.removesuffix(part) for part in HISTOGRAM_PARTS if name.endswith(part))
     return names
 
@@ -98,7 +101,8 @@ def _publish_run_records(run_id: str):
     control = start_run_control(run_id)
     grpo = {"loss": -0.1, "reward_mean": 0.4, "kl": 0.01, "entropy": 1.2, "step_time_s": 1.0,
             "completions_per_s": 64.0, "sample_s": 0.4, "reward_wait_s": 0.01, "ref_s": 0.2, "update_s": 0.3,
-            "turns_mean": 3.5, "env_errors": 0.0, "env_step_s": 0.001}  # fmt: skip
+            "turns_mean": 3.5, "env_errors": 0.0, "env_step_s": 0.001,
+            "reward_components": {"validity": 0.9, "user_rewards:format": 0.5}}  # fmt: skip
     control.publish.remote(STEP, {"step": 1, "phase": "sft", "loss": 2.0, "step_time_s": 0.3, "skipped": 0.0})
     control.publish.remote(STEP, {"step": 2, "phase": "grpo", "skipped": 0.0, **grpo})
     control.publish.remote(STEP, {"step": 3, "phase": "grpo", "skipped": 1.0, **grpo})
@@ -152,4 +156,9 @@ def test_every_dashboard_series_is_exported_by_a_live_node(metrics_cluster):
             time.sleep(0.5)
     missing = sorted(wanted - exported)
     assert missing == [], f"the dashboard queries series this node does not export: {missing}"
+    components = {name for name in exported if name.startswith("ray_grpo_reward_components/")}
+    assert components == {
+        "ray_grpo_reward_components/validity",
+        "ray_grpo_reward_components/user_rewards:format",
+    }
     del control

@@ -25,7 +25,8 @@ def _step_record(step: int) -> dict:
     if phase == "grpo":
         record.update(reward_mean=0.1 * step, kl=0.01 * step, entropy=math.nan, sample_s=0.2, ref_s=0.05,
                       update_s=0.2, reward_wait_s=0.001, scorer_reward_timeouts=1.0, pool_workers_alive=2.0,
-                      a_metric_nobody_listed=3.0)  # fmt: skip
+                      a_metric_nobody_listed=3.0,
+                      reward_components={"validity": 0.5, "mymod:format": 0.25})  # fmt: skip
     return record
 
 
@@ -53,6 +54,7 @@ def test_scalars_keep_every_finite_number_and_flatten_nested_figures():
     assert values["train/loss"] == pytest.approx(1 / 3) and values["pool/workers_alive"] == 2.0
     assert "train/entropy" not in values and "train/step" not in values and "train/time" not in values
     assert values["train/a_metric_nobody_listed"] == 3.0
+    assert values["train/rewards/validity"] == 0.5 and values["train/rewards/mymod:format"] == 0.25
     evals = scalars(_eval_record(5), "eval")
     assert evals["eval/by_plies/1/exact_match"] == 0.5 and "eval/samples" not in evals
 

@@ -59,6 +59,10 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
         assert row["phase"] == ("sft" if row["step"] <= config["sft"]["steps"] else "grpo")
         if row["phase"] == "grpo":
             assert 0.0 <= row["reward_mean"] <= 1.0 and "kl" in row and "entropy" in row
+            parts = row["reward_components"]  # the FEN reward's own parts, each a mean in [0, 1]
+            assert list(parts) == ["validity", "similarity", "exact"] and all(
+                0 <= v <= 1 for v in parts.values()
+            )
 
     evals = read_jsonl(run_dir / "eval.jsonl")
     assert [(e["step"], e["kind"]) for e in evals][0] == (config["sft"]["steps"], "start")

@@ -47,5 +47,10 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
 
     metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
     assert metrics and all(m["reward_ok_frac"] == 1.0 for m in metrics)  # the fields reached the workers
+    for m in metrics:  # one user reward of weight 1 on every item: its mean is the reward's mean
+        assert list(m["reward_components"]) == ["examples.addition.reward:addition_reward"]
+        assert m["reward_components"]["examples.addition.reward:addition_reward"] == pytest.approx(
+            m["reward_mean"]
+        )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["final_eval"]["k"] == 2

@@ -32,6 +32,41 @@ def test_zero_variance_steps_without_kl_say_so_too():
     assert m["skip_reason"] == "no update: all 4 groups dropped (4 with equal rewards)" and m["loss"] is None
 
 
+def _with_parts(completions, targets):
+    """A scorer with two named components, one of which only some items have."""
+    n = len(completions)
+    lengths = [float(len(c)) for c in completions]
+    has_a = [i % 2 == 0 for i in range(n)]
+    return Rewards(
+        values=[v / 10 for v in lengths],
+        usable=[True] * n,
+        statuses=["ok"] * n,
+        components={
+            "length": (sum(lengths), float(n)),
+            "even": (sum(v for v, a in zip(lengths, has_a, strict=True) if a), float(sum(has_a))),
+            "absent": (0.0, 0.0),
+        },
+    )
+
+
+def test_a_step_reports_each_component_mean_over_the_items_that_have_it():
+    trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
+    seen: list[list[str]] = []
+
+    def score(completions, targets):
+        seen.append(list(completions))
+        return _with_parts(completions, targets)
+
+    m = trainer.grpo_step(PAIRS, InlineRewards(score))
+    everything = [c for chunk in seen for c in chunk]
+    evens = [c for chunk in seen for i, c in enumerate(chunk) if i % 2 == 0]
+    assert set(m["reward_components"]) == {"length", "even"}  # a component no item had is left out
+    assert math.isclose(m["reward_components"]["length"], sum(map(len, everything)) / len(everything))
+    assert math.isclose(m["reward_components"]["even"], sum(map(len, evens)) / len(evens))
+    plain = trainer.grpo_step(PAIRS, InlineRewards(lambda c, t: [0.5] * len(c)))
+    assert "reward_components" not in plain  # a scorer that names none: no key, not {}
+
+
 def test_held_out_figures_count_statuses_and_the_scored_mean():
     values = [1.0, 0.5, 0.0, 0.0]
     statuses = ["ok", "ok", "error", "invalid"]

@@ -8,7 +8,7 @@ scoring overlaps the next micro-batch's sampling), then `collect` every ticket o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +25,9 @@ class Rewards:
     usable: list[bool]  # [N] False: no reward (timeout, error); the item's group is unusable
     statuses: list[str]  # [N] scorer status per item ("ok", "invalid", "timeout", "error", ...)
     stats: dict[str, float] = field(default_factory=dict)  # scorer-side metrics merged into the step's
+    # The scorer's named components (a chess reward's validity, each user reward): name ->
+    # (sum, count) over the items that have it. Additive, like `stats`; see `component_means`.
+    components: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (len(self.values) == len(self.usable) == len(self.statuses)):
@@ -41,7 +44,25 @@ class Rewards:
             usable=[u for p in parts for u in p.usable],
             statuses=[s for p in parts for s in p.statuses],
             stats=stats,
+            components=add_component_sums(p.components for p in parts),
         )
+
+
+def add_component_sums(
+    parts: Iterable[Mapping[str, tuple[float, float]]],
+) -> dict[str, tuple[float, float]]:
+    """Component (sum, count) pairs of several collections added up, name by name."""
+    out: dict[str, tuple[float, float]] = {}
+    for part in parts:
+        for name, (total, count) in part.items():
+            was_total, was_count = out.get(name, (0.0, 0.0))
+            out[name] = (was_total + total, was_count + count)
+    return out
+
+
+def component_means(components: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """Each component's mean over the items that have it; a component no item had is left out."""
+    return {name: total / count for name, (total, count) in components.items() if count}
 
 
 class RewardSource(Protocol):

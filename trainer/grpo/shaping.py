@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -46,7 +47,7 @@ def shifted(rewards: Rewards, delta: Tensor) -> Rewards:
         v + float(d) if u else v
         for v, d, u in zip(rewards.values, delta.tolist(), rewards.usable, strict=True)
     ]
-    return Rewards(values=values, usable=rewards.usable, statuses=rewards.statuses, stats=rewards.stats)
+    return dataclasses.replace(rewards, values=values)
 
 
 class Shaped:

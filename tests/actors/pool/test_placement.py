@@ -14,6 +14,7 @@ from actors.pool.reward_pool import RewardPool
 from rewards import TIMEOUT, RewardConfig, Scorer
 from rewards.config import UserRewardSpec
 from service.bench.pool_workload import realistic_batch
+from trainer.grpo.reward_source import component_means
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -48,9 +49,11 @@ def test_auto_keeps_the_fen_reward_in_process_and_a_user_reward_on_the_pool():
     assert inline[5] == 1.0 or any("measuring again" in line for line in lines), lines
     assert placed.decisions[0]["where"] == "inline" and "ms/item in process" in lines[0]
     for (completions, targets), step in zip(batches, steps, strict=True):
-        assert step.values == [
-            r.total for r in fen.score_batch(completions, targets)
-        ]  # same rewards either side
+        direct = fen.score_batch(completions, targets)
+        assert step.values == [r.total for r in direct]  # same rewards either side
+        for name in ("validity", "similarity", "exact"):  # and the same component means
+            mean = sum(r.components[name] for r in direct) / len(direct)
+            assert component_means(step.components)[name] == pytest.approx(mean), (name, inline)
     waiting = Scorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:waits_20ms")]))
     with RewardPool.create(waiting, _cfg(concurrency_per_worker=64), run_id="place-io") as pool:
         placed = PlacedRewards(pool, waiting, "auto", log=lines.append)

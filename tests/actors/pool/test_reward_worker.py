@@ -22,7 +22,11 @@ def test_scores_like_the_scorer_and_slices_the_payload():
     expected = Scorer(cfg).score_batch(completions, targets)
     assert decode(worker.score_chunk((completions, targets))) == expected
     assert decode(worker.score_chunk((completions, targets), 10, 30)) == expected[10:30]
-    assert worker.items_scored() == 120 and worker.ping() == os.getpid()
+    # each block names the scorer's own components, whose means a step reports
+    assert worker.score_chunk((completions, targets), 0, 5).reported == (
+        "validity", "similarity", "exact", "user_rewards:length_bonus"
+    )  # fmt: skip
+    assert worker.items_scored() == 125 and worker.ping() == os.getpid()
 
 
 def test_a_slice_outside_the_payload_is_refused():
