@@ -171,6 +171,12 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("env_step_s", "eval", "environment tasks: held-out mean seconds of one reset or step"),
     _m("env_wait_s", "eval", "environment tasks: held-out time sampling waited on the environments"),
     _m("env_replayed_turns", "eval", "environment tasks: held-out turns replayed on a new worker"),
+    _m(
+        "reward_components",
+        "eval",
+        "{component: mean} of the scorer's named components over the held-out greedy completions",
+        "rewards",
+    ),
     _m("by_plies", "eval", "held-out figures by game length in plies (the fen task): {plies: {count, ...}}"),
     _m("eval_time_s", "time", "wall time of the evaluation", "eval_s"),
 )

@@ -27,6 +27,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.pool.codec import component_sums, encode, reported_components
 from actors.pool.config import PoolConfig
 from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from actors.pool.placement import PlacedRewards
@@ -43,6 +44,7 @@ from trainer.config import TrainerConfig
 from trainer.data.pairs import Pair
 from trainer.distributed import reduce_on
 from trainer.engine import Trainer
+from trainer.grpo.reward_source import component_means
 from trainer.policy import CharTokenizer, PromptFormat, build_policy
 from trainer.rng import derived_seed
 from trainer.schedule import Schedule
@@ -277,6 +279,16 @@ class WorkerLoop:
         if self.rank == 0:
             self.control.publish.remote(kind, record)  # fire and forget: records keep their order
 
+    def _held_out_figures(self, scored: Any) -> dict[str, Any]:
+        """The task's held-out figures, and the mean of each named part of the reward
+        (`reward_components`, as a GRPO step reports them) over the held-out completions."""
+        figures = dict(self.spec.task.eval_metrics(scored))
+        names = reported_components(self.spec.scorer)
+        if names and isinstance(scored, list) and all(hasattr(r, "components") for r in scored):
+            if parts := component_means(component_sums([encode(scored, names)])):
+                figures["reward_components"] = parts
+        return figures
+
     def evaluate(self, step: int, kind: str) -> None:
         """Greedy completions of the held-out pairs, scored by the reward pool (rank 0 only)."""
         if self.rank != 0:
@@ -287,7 +299,7 @@ class WorkerLoop:
             self.spec.eval_pairs,
             lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,
-            metrics_fn=self.spec.task.eval_metrics,
+            metrics_fn=self._held_out_figures,
             group_by=getattr(self.spec.task, "eval_group", None),
             # pass@k costs k completions per held-out prompt: at the GRPO start and the end only
             sample_k=self.spec.trainer.grpo.eval_k if kind in ("start", "final") else 0,

@@ -69,6 +69,8 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     assert evals[-1]["step"] == total and evals[-1]["kind"] == "final"
     for row in evals:
         assert {"step", "phase", "exact_match", "valid_rate", "reward_mean"} <= row.keys()
+        assert list(row["reward_components"]) == ["validity", "similarity", "exact"]
+        assert row["reward_components"]["exact"] == row["exact_match"]  # both over every held-out pair
         assert (
             row["count"] == config["data"]["eval_size"]
             and len(row["samples"]) == config["run"]["eval_samples"]

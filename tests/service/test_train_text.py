@@ -39,6 +39,7 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
     for e in evals:
         assert e["count"] == 16 and e["valid_rate"] == 1.0  # the reward never fails on these rows
         assert 0.0 <= e["reward_mean"] <= 1.0 and e["exact_match"] is not None
+        assert e["reward_components"] == {"examples.addition.reward:addition_reward": e["reward_mean"]}
         assert all("+" not in s["completion"] for s in e["samples"])  # the stop string ends them
     for e in sampled:
         assert 0.0 <= e["pass_at_1"] <= e["pass_at_k"] <= 1.0 and 0.0 <= e["mean_at_k"] <= 1.0
