@@ -139,6 +139,13 @@ class LoggingConfig(Frozen):
         description="TensorBoard event files in <run dir>/tensorboard/ (`pip install -e '.[tensorboard]'`)",
     )
     wandb: WandbConfig | None = Field(None, description="log to Weights & Biases: {project, entity, mode}")
+    rollouts_every: int = Field(
+        0,
+        ge=0,
+        description="every this many GRPO steps, write training completions to <run dir>/rollouts.jsonl "
+        "(prompt, completion, reward, status, advantage; rank 0's first logging.rollout_groups groups); 0: off",
+    )
+    rollout_groups: int = Field(4, ge=1, description="prompt groups per step written to rollouts.jsonl")
 
 
 class ServiceConfig(TrainerConfig):

@@ -288,6 +288,8 @@ class RunDriver:
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
             sampling_threads=self.cfg.scaling.sampling_threads,
+            rollouts_every=self.cfg.logging.rollouts_every,
+            rollout_groups=self.cfg.logging.rollout_groups,
         )
         trainer = build_run(self.cfg, spec, control, self.console)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)

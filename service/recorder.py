@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from actors.pool.failure_policy import RunTotals, run_warnings
-from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP
+from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP
 from service.console import Console, PlainConsole
 from service.progress import eval_progress, pool_totals, step_progress
 from service.run_files import (
     EVAL_FILE,
     METRICS_FILE,
+    ROLLOUTS_FILE,
     RUNTIME_FILE,
     SUMMARY_FILE,
     JsonlLog,
@@ -101,6 +102,7 @@ class RunRecorder:
         self.limits = limits  # None: the pool's defaults
         self.metrics = JsonlLog(self.run_dir / METRICS_FILE)
         self.evals = JsonlLog(self.run_dir / EVAL_FILE)
+        self.rollouts = JsonlLog(self.run_dir / ROLLOUTS_FILE)
         self.started = time.time()
         self.last_step = 0
         self.resumed_from: int | None = None
@@ -127,6 +129,7 @@ class RunRecorder:
             STEP: self._on_step,
             EVAL: self._on_eval,
             CHECKPOINT: self._on_checkpoint,
+            ROLLOUTS: self._on_rollouts,
         }
         if kind == ERROR:
             self.error = str(record.get("reason"))
@@ -137,6 +140,7 @@ class RunRecorder:
     def _on_start(self, record: dict[str, Any]) -> None:
         from_step = record.get("from_step")
         dropped = self.metrics.truncate_after(from_step) + self.evals.truncate_after(from_step)
+        self.rollouts.truncate_after(from_step)  # a resumed run writes those steps' completions again
         self.last_step = from_step or 0
         self._pool_totals = pool_totals(self.metrics.rows())
         for sink in self.sinks:
@@ -200,6 +204,11 @@ class RunRecorder:
             sink.evaluation(record)
         progress = eval_progress(self.run_id, self.total_steps, record, self.eta_s(int(record["step"])))
         self.console.evaluation(progress, record)
+
+    def _on_rollouts(self, record: dict[str, Any]) -> None:
+        step = record["step"]
+        for row in record.get("rows", ()):
+            self.rollouts.append({"step": step, **row})
 
     def _on_checkpoint(self, record: dict[str, Any]) -> None:
         self.last_checkpoint = str(record.get("name"))
@@ -273,5 +282,6 @@ class RunRecorder:
         else:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
         drawn = reports() if reports is not None else []
-        self.console.summary(summary, drawn)
+        written = [ROLLOUTS_FILE] if self.rollouts.path.exists() else []
+        self.console.summary(summary, written + drawn)
         return summary

@@ -25,6 +25,7 @@ from typing import Any
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"  # training completions, with logging.rollouts_every
 SUMMARY_FILE = "summary.json"
 RUNTIME_FILE = "runtime.json"
 REPORT_FILE = "report.png"

@@ -31,6 +31,7 @@ from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
 from trainer.grpo.episode_rewards import episode_figures
 from trainer.grpo.reward_source import Rewards, RewardSource, component_means
+from trainer.grpo.rollout_record import rollout_rows
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
@@ -40,7 +41,13 @@ from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, configure_tf32
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
-from trainer.rollouts import completion_texts, play_episode_chunks, reward_token_ids_of, sample_pairs
+from trainer.rollouts import (
+    completion_texts,
+    play_episode_chunks,
+    recorded_texts,
+    reward_token_ids_of,
+    sample_pairs,
+)
 from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
 from trainer.sampling.episodes import (
     EpisodeHost,
@@ -101,6 +108,7 @@ class Trainer:
         self.sample_generator = torch.Generator(device=self.device)
         self.sampling_threads: int | None = None  # torch threads while decoding; None: as set for the process
         self.fixed_length = False  # benchmarks: every row decodes max_new_tokens, EOS ignored (equal work)
+        self.record_groups = 0  # the next GRPO step returns its first N groups' rows as "rollouts"
         self.optimizers: dict[str, GuardedOptimizer] = {}
         self.sft_steps = 0
         self.grpo_steps = 0
@@ -188,6 +196,7 @@ class Trainer:
     sample = sample_pairs
     play_episodes = play_episode_chunks
     completions = completion_texts
+    _texts = recorded_texts
     token_ids_for_rewards = reward_token_ids_of
 
     def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
@@ -241,7 +250,7 @@ class Trainer:
                 lambda t: self._draw(refill(t), rewards, timer, (t + 1) * len(pairs)),
                 self._groups_with_signal,
             )
-        host = self.grpo_update(batch.rollouts, batch.scored, batch.ref, timer)
+        host = self.grpo_update(batch.rollouts, batch.scored, batch.ref, timer, batch.prompts)
         host.update(timer.seconds)
         host["refill_rounds"] = float(rounds)
         host["refill_prompts"] = float(rounds * len(pairs))
@@ -263,7 +272,7 @@ class Trainer:
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
             scored = Rewards.concat(tickets) if self.episodes is not None else rewards.collect(tickets)
-        return Batch(rollouts, scored, ref_logprobs)
+        return Batch(rollouts, scored, ref_logprobs, [p.prompt for p in local])
 
     def update_context(self) -> UpdateContext:
         return UpdateContext(
@@ -297,8 +306,10 @@ class Trainer:
         scored: Rewards,
         ref_logprobs: list[Tensor] | None = None,
         timer: PhaseTimer | None = None,
+        prompts: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """The optimisation part of a GRPO step, given rollouts and their rewards (in row order)."""
+        """The optimisation part of a GRPO step, given rollouts and their rewards (in row order);
+        prompts: each group's text, for the rows `record_groups` asks for."""
         timer = timer or PhaseTimer(self.device)
         n_rows = sum(r.num_rows for r in rollouts)
         if len(scored.values) != n_rows:
@@ -307,6 +318,9 @@ class Trainer:
         if ref_logprobs is None and cfg.beta > 0:
             ref_logprobs = self.reference_logprobs(rollouts)
         shaped, sel = self._selection(rollouts, scored, ref_logprobs)
+        rows = None  # read before the update, as sampled (`record_groups`)
+        if self.record_groups and prompts:
+            rows = rollout_rows(rollouts, prompts, scored, shaped, sel, self.record_groups, self._texts)
         in_loss = ((sel.row_weight > 0) | (sel.kl_weight > 0)).sum().reshape(1).float()
         kept_rows = float(reduce_on(in_loss, self.device)[0])
         loss_ref = ref_logprobs if cfg.kl_placement == "loss" else None
@@ -342,6 +356,8 @@ class Trainer:
             host["reward_components"] = parts
         host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items() if not k.startswith("env_")})
         host.update(episode_figures(scored.stats))  # the env_ stats as means
+        if rows is not None:
+            host["rollouts"] = rows
         return host
 
     # ----------------------------------------------------------------- evaluation

@@ -111,6 +111,13 @@ def completion_texts(trainer: Trainer, rollout: Rollout) -> tuple[Rollout, list[
     return rollout, completions_text(rollout, trainer.tokenizer)
 
 
+def recorded_texts(trainer: Trainer, rollout: Rollout) -> list[str]:
+    """Each row's text as a person reads it: the scorer's text, or an episode's whole transcript."""
+    if trainer.episodes is not None:
+        return completions_text(rollout, trainer.tokenizer)
+    return completion_texts(trainer, rollout)[1]
+
+
 def reward_token_ids_of(trainer: Trainer, rollout: Rollout) -> list[list[int]] | None:
     """Each row's sampled ids when the rewards take them (`Trainer.reward_token_ids`), else None."""
     return completion_token_ids(rollout) if trainer.reward_token_ids else None

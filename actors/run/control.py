@@ -23,7 +23,8 @@ STEP = "step"  # a metrics.jsonl row
 EVAL = "eval"  # an eval.jsonl row
 CHECKPOINT = "checkpoint"  # {"step": ..., "path": ...}
 ERROR = "error"  # {"step": ..., "reason": ...}: the loop is about to raise
-EVENT_KINDS = (START, STEP, EVAL, CHECKPOINT, ERROR)
+ROLLOUTS = "rollouts"  # {"step": ..., "rows": [...]}: training completions for rollouts.jsonl
+EVENT_KINDS = (START, STEP, EVAL, CHECKPOINT, ERROR, ROLLOUTS)
 
 # Ray Train's controller collects the workers' reports every 2 s by default, and a report (a
 # checkpoint) waits until the previous one is collected: checkpoints closer than that, and the end

@@ -35,7 +35,7 @@ from actors.pool.reward_pool import RewardPool
 from actors.pool.worker_watch import RssWatch
 from actors.run.checkpoints import CheckpointWriter, load_verified
 from actors.run.context import RunContext
-from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, TRAIN_POLL_ENV
+from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, TRAIN_POLL_ENV
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
 from trainer.checkpoint import step_dir_name
@@ -70,6 +70,8 @@ class LoopSpec:
     sampling_threads: int | str | None = None  # None: the rule; "auto": timed (`actors.run.threads`)
     scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
     reward_token_ids: bool = False  # the rewards take each completion's token ids (TRL's completion_ids)
+    rollouts_every: int = 0  # GRPO steps between recorded training completions (0: none)
+    rollout_groups: int = 4  # prompt groups of rank 0 recorded on such a step
 
 
 def runtime_settings(trainer: Trainer) -> dict[str, Any]:
@@ -210,11 +212,20 @@ class WorkerLoop:
             metrics = self.trainer.sft_step(pairs)
         else:
             rewards = None if self.trainer.episodes is not None else self.rewards()
+            self.trainer.record_groups = self._rollout_groups()
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
             if rewards is not None or self.spec.scorer is not None:  # a pool serves this run
                 metrics.update(self._pool_health(step))
+            if rows := metrics.pop("rollouts", None):
+                self._publish(ROLLOUTS, {"step": step, "rows": rows})
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
         return self.reward_failure(step, metrics) if phase == "grpo" else None
+
+    def _rollout_groups(self) -> int:
+        """Groups the coming GRPO step records (logging.rollouts_every: its 1st, (1+every)th, ...)."""
+        every = self.spec.rollouts_every
+        recorded = self.rank == 0 and every and self.trainer.grpo_steps % every == 0
+        return self.spec.rollout_groups if recorded else 0
 
     def reward_failure(self, step: int, metrics: dict[str, Any]) -> str | None:
         """Whether the step's rewards, over every rank's items, fail the run (`failure_policy`):

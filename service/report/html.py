@@ -26,7 +26,15 @@ import yaml
 
 from service.report.boards import board_svg, figures_by_length
 from service.report.plot import write_report
-from service.run_files import CONFIG_FILE, EVAL_FILE, METRICS_FILE, REPORT_FILE, SUMMARY_FILE, read_jsonl
+from service.run_files import (
+    CONFIG_FILE,
+    EVAL_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+    ROLLOUTS_FILE,
+    SUMMARY_FILE,
+    read_jsonl,
+)
 
 HTML_FILE = "report.html"
 GAME_TASK = "fen"  # the task whose prompts are move lists: its figures by game length
@@ -198,6 +206,35 @@ def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _rollout_row(row: Mapping[str, Any]) -> str:
+    cells = [
+        _cell("group", esc(row.get("group")), True),
+        _cell("prompt", _code(row.get("prompt"))),
+        _cell("completion", _code(row.get("completion"))),
+        _cell("reward", fmt(row.get("reward")), True),
+        _cell("status", esc(row.get("status"))),
+        _cell("advantage", fmt(row.get("advantage"), 2), True),
+        _cell("in_loss", "yes" if row.get("in_loss") else "no"),
+    ]
+    return f'<tr data-step="{esc(row.get("step"))}">{"".join(cells)}</tr>'
+
+
+def rollouts_section(rollouts: Sequence[Mapping[str, Any]]) -> str:
+    """The first and the last training step recorded in rollouts.jsonl (`logging.rollouts_every`);
+    nothing when the run recorded none."""
+    steps = sorted({row["step"] for row in rollouts if isinstance(row.get("step"), int)})
+    if not steps:
+        return ""
+    parts = ["<h2>Training completions</h2>"]
+    headers = ("group", "prompt", "completion", "reward", "status", "advantage", "in loss")
+    for step in dict.fromkeys((steps[0], steps[-1])):
+        parts.append(f"<h3>GRPO step {step}</h3>")
+        parts.append(
+            _table(headers, (_rollout_row(r) for r in rollouts if r.get("step") == step), "rollouts")
+        )
+    return "".join(parts)
+
+
 def config_section(run_dir: Path) -> str:
     path = run_dir / CONFIG_FILE
     text = path.read_text(encoding="utf-8") if path.exists() else "(no config.yaml)"
@@ -231,6 +268,7 @@ def render_html(run_dir: str | Path, title: str | None = None) -> str:
         curves_section(run_dir),
         by_length_section(evals, _task_name(run_dir)),
         samples_section(evals),
+        rollouts_section(read_jsonl(run_dir / ROLLOUTS_FILE)),
         config_section(run_dir),
     )
     return (

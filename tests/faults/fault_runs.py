@@ -46,6 +46,7 @@ FAULT_SETS: tuple[str, ...] = (
     "pool.placement=pool",  # the faults under test are the reward workers': score every step there
     "run.num_cpus=4",
     "run.eval_samples=0",
+    "logging.rollouts_every=8",  # training completions too: a resumed run must write the same
 )
 FAULT_TOTAL_STEPS = 4 + 64
 

@@ -53,9 +53,10 @@ def resume(run_dir: Path, log: Path) -> FinishedRun:
 
 
 def assert_same_as_reference(run_dir: Path, reference: FinishedRun) -> None:
-    for name in ("metrics.jsonl", "eval.jsonl"):
+    for name in ("metrics.jsonl", "eval.jsonl", "rollouts.jsonl"):
         ours, theirs = stable_rows(run_dir, name), stable_rows(reference.run_dir, name)
         assert ours == theirs, f"{name}: {first_difference(theirs, ours)}"
+        assert theirs, f"{name}: the reference wrote none"
 
 
 # --------------------------------------------------------------------------- graceful stop

@@ -6,7 +6,7 @@ import io
 import json
 import math
 
-from actors.run.control import CHECKPOINT, ERROR, EVAL, START, STEP, RunControl
+from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, RunControl
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.recorder import RunRecorder
 from service.report import write_report
@@ -112,6 +112,38 @@ def test_a_resume_truncates_records_past_its_checkpoint(tmp_path):
     assert [r["reward_mean"] for r in read_jsonl(tmp_path / "eval.jsonl")] == [0.4, 0.55]
     summary = second.finish("stopped")
     assert summary["resumed_from"] == 2 and summary["steps"] == 3 and summary["status"] == "stopped"
+
+
+def _rows(step: int) -> dict:
+    rows = [
+        {"group": 0, "sample": i, "prompt": "e4", "completion": f"c{step}{i}", "reward": i / 2}
+        for i in (0, 1)
+    ]
+    return {"step": step, "rows": rows}
+
+
+def test_rollouts_become_one_line_per_completion_and_a_resume_writes_them_again(tmp_path):
+    out = io.StringIO()
+    first = _recorder(tmp_path, out)
+    first.handle(START, {"from_step": None})
+    for step in (3, 4, 5):
+        first.handle(ROLLOUTS, _rows(step))
+    first.finish("stopped")
+    assert "summary.json, rollouts.jsonl" in out.getvalue().splitlines()[-2]  # where the records are
+    rows = read_jsonl(tmp_path / "rollouts.jsonl")
+    assert [(r["step"], r["completion"]) for r in rows][:3] == [(3, "c30"), (3, "c31"), (4, "c40")]
+    second = _recorder(tmp_path, io.StringIO())
+    second.handle(START, {"from_step": 3})
+    second.handle(ROLLOUTS, _rows(4))
+    assert [r["step"] for r in read_jsonl(tmp_path / "rollouts.jsonl")] == [3, 3, 4, 4]
+
+
+def test_a_run_without_rollouts_writes_no_file(tmp_path):
+    out = io.StringIO()
+    rec = _recorder(tmp_path, out)
+    rec.handle(START, {"from_step": None})
+    rec.finish("succeeded")
+    assert not (tmp_path / "rollouts.jsonl").exists() and "rollouts.jsonl" not in out.getvalue()
 
 
 def test_an_error_event_is_the_failure_reason(tmp_path):

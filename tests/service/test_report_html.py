@@ -11,7 +11,7 @@ from actors.run.control import EVAL, START, STEP
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.report.boards import figures_by_length, plies_of
-from service.report.html import fmt, pct, render_html, samples_section
+from service.report.html import fmt, pct, render_html, rollouts_section, samples_section
 from service.report.timing import step_time_split
 from service.run_files import read_jsonl
 from trainer.schedule import Schedule
@@ -148,3 +148,18 @@ def test_an_environments_infos_get_their_own_column_only_where_they_were_given()
     assert tables[1].count('data-field="env_info"') == 2
     cell = "{&quot;cp_loss&quot;: 0, &quot;move&quot;: &quot;e2e4&quot;}\n{}\nepisode: {&quot;moves&quot;: 1}"
     assert f"<code>{cell}</code>" in tables[1]
+
+
+def test_training_completions_show_the_first_and_last_recorded_steps():
+    def row(step, sample, reward, in_loss):
+        return {"step": step, "group": 0, "sample": sample, "prompt": "e4 <e5>", "completion": f"c{step}<{sample}>",
+                "reward": reward, "status": "ok", "advantage": reward - 0.5, "in_loss": in_loss}  # fmt: skip
+
+    rollouts = [row(s, i, i / 2, s > 3) for s in (3, 5, 7) for i in (0, 1)]
+    page = rollouts_section(rollouts)
+    assert (
+        page.count('<table data-table="rollouts">') == 2 and "GRPO step 3" in page and "GRPO step 7" in page
+    )
+    assert "GRPO step 5" not in page and "c7&lt;1&gt;" in page and "c5" not in page
+    assert '<td data-field="advantage" class=num>0.00</td>' in page  # a reward of 0.5 against the mean
+    assert rollouts_section([]) == ""  # a run that recorded none has no section

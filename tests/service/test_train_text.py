@@ -29,6 +29,7 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
         "sampling.max_new_tokens=6",
         "grpo.eval_k=2",
         "run.backend=local",  # the loop in process: the same records without Ray Train's start-up
+        "logging.rollouts_every=2",
     ]
     result = assert_ran(run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets))
     assert "[data] " in result.stdout and "400 training rows" in result.stdout
@@ -53,5 +54,12 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
         assert m["reward_components"]["examples.addition.reward:addition_reward"] == pytest.approx(
             m["reward_mean"]
         )
+    rollouts = read_jsonl(run_dir / "rollouts.jsonl")  # GRPO steps 1 and 3: every group of 4 prompts x 4
+    recorded = [m["step"] for m in metrics][::2]
+    assert [r["step"] for r in rollouts] == [s for s in recorded for _ in range(16)]
+    prompts = {row["prompt"] for row in train}
+    for r in rollouts:
+        assert r["prompt"] in prompts and "+" not in r["completion"] and r["status"] == "ok"
+        assert 0.0 <= r["reward"] <= 1.0 and 1 <= r["tokens"] <= 6
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["final_eval"]["k"] == 2

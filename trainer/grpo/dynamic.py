@@ -10,7 +10,7 @@ round (the count of groups is summed over ranks, so they agree on when to stop).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
@@ -25,10 +25,12 @@ class Batch:
     rollouts: list[Rollout]
     scored: Rewards
     ref: list[Tensor] | None
+    prompts: list[str] = field(default_factory=list)  # each group's prompt text, in group order
 
     def __add__(self, other: Batch) -> Batch:
         ref = None if self.ref is None or other.ref is None else self.ref + other.ref
-        return Batch(self.rollouts + other.rollouts, Rewards.concat([self.scored, other.scored]), ref)
+        scored = Rewards.concat([self.scored, other.scored])
+        return Batch(self.rollouts + other.rollouts, scored, ref, self.prompts + other.prompts)
 
 
 def fill_batch(
