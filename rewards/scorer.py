@@ -29,7 +29,16 @@ from rewards.styles import (
     verl_value,
     without_token_ids,
 )
-from rewards.user_reward import Fields, RewardSkipped, UserReward, UserRewardError, checked_value, user_args
+from rewards.user_reward import (
+    Fields,
+    RewardSkipped,
+    UserReward,
+    UserRewardError,
+    checked_value,
+    part_components,
+    user_args,
+    with_parts,
+)
 
 ValidityFn = Callable[[str], tuple[float, str]]
 
@@ -136,6 +145,7 @@ class Scorer:
                 raise UserRewardError(f"user reward {user.name!r} {exc}") from None
             for key, value in extras.items():
                 self.reward_log.record(f"{user.name}/{key}", value)
+            return with_parts(checked_value(user, raw), extras)
         return checked_value(user, raw)
 
     def rewarded(self, completions: list[Any], targets: list[Any]) -> list[int]:
@@ -306,7 +316,7 @@ class Scorer:
             value = done[user.name] if user.name in done else self.call_user(user, c, target, fields)
             if isinstance(value, UserRewardError):
                 raise value
-            components[user.name] = value
+            components.update(part_components(user.name, value))
             total += user.weight * value
         return ScoreResult(total, components, status)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from rewards.config import UserRewardSpec
@@ -60,6 +60,35 @@ def user_args(user: UserReward, completion: str, target: Any, fields: Fields) ->
         raise UserRewardError(
             f"user reward {user.name!r} needs {exc.args[0]!r}, which this item lacks"
         ) from None
+
+
+class ValueWithParts(float):
+    """A user reward's value with the other numbers its result carried (the keys of a verl-style
+    dict besides `score`): the scorer keeps them as components `<fn>/<key>`."""
+
+    parts: dict[str, float]
+
+
+def with_parts(value: float, parts: Mapping[str, float]) -> float:
+    """`value`, carrying the finite numbers of `parts` when there are any."""
+    finite = {k: v for k, v in parts.items() if math.isfinite(v)}
+    if not finite:
+        return value
+    out = ValueWithParts(value)
+    out.parts = finite
+    return out
+
+
+def part_components(name: str, value: float) -> dict[str, float]:
+    """The components of one user reward's value: `name`, and `name/key` for each part it carried."""
+    parts = getattr(value, "parts", None) or {}
+    return {name: float(value), **{f"{name}/{key}": part for key, part in parts.items()}}
+
+
+def is_reported(component: str, names: Collection[str]) -> bool:
+    """Whether a result's component is one of the scorer's named ones (`names`) or a part one of
+    them carried (`<name>/<key>`); a step reports the means of those."""
+    return component in names or component.rsplit("/", 1)[0] in names
 
 
 def checked_value(user: UserReward, value: Any) -> float:

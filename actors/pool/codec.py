@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rewards import ScoreResult
+from rewards.user_reward import is_reported
 
 
 @dataclass(frozen=True)
@@ -116,17 +117,18 @@ def reported_components(scorer: object) -> tuple[str, ...]:
 
 
 def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, float]]:
-    """(sum, count) of each reported component over the items of `blocks` that have it; a reported
+    """(sum, count) of each reported component (and each part a reported user reward carried,
+    `rewards.user_reward.is_reported`) over the items of `blocks` that have it; a reported
     component no item had is (0, 0). Blocks that failed whole report none."""
     out: dict[str, tuple[float, float]] = {}
     for block in blocks:
         for name in block.reported:
-            total, count = out.get(name, (0.0, 0.0))
-            if name in block.component_names:
-                j = block.component_names.index(name)
+            out.setdefault(name, (0.0, 0.0))
+        for j, name in enumerate(block.component_names):
+            if is_reported(name, block.reported):
+                total, count = out.get(name, (0.0, 0.0))
                 has = block.present[:, j]
-                total, count = total + float(block.components[has, j].sum()), count + float(has.sum())
-            out[name] = (total, count)
+                out[name] = (total + float(block.components[has, j].sum()), count + float(has.sum()))
     return out
 
 

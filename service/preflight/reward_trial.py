@@ -20,6 +20,7 @@ from actors.pool.worker_watch import capture_output
 from rewards import Scorer, ScoreResult
 from rewards.result import ERROR
 from rewards.styles import TOKEN_IDS
+from rewards.user_reward import is_reported
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def _trial(
     repeats: int,
     warm_up: bool,
 ) -> TrialResult:
-    result.components = {name: [] for name in getattr(scorer, "component_names", ())}
+    named = tuple(getattr(scorer, "component_names", ()))
+    result.components = {name: [] for name in named}
     if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
         return result.stopped_at(0, items[0], deadline_s)
     for index, item in enumerate(items):
@@ -136,9 +138,9 @@ def _trial(
             result.costs_s.append(cost)
         first = outcomes[0]
         result.statuses[first.status] += 1
-        for name, values in result.components.items():
-            if name in first.components:
-                values.append(first.components[name])
+        for name, value in first.components.items():
+            if is_reported(name, named):
+                result.components.setdefault(name, []).append(value)
         if first.status == ERROR:
             result.errors[first.reason or "error"] += 1
         result.differing += any(not _same(first, other) for other in outcomes[1:])

@@ -147,6 +147,29 @@ def test_verl_compute_score_sync_async_float_and_dict(fn):
     assert [r.total for r in got] == [1.0, 0.0] and statuses(got) == [OK, OK]
     if fn == "compute_score_dict":
         assert s.reward_log.counts == {f"{EX}:compute_score_dict/acc": 2}
+        name = f"{EX}:compute_score_dict"  # its other numbers are parts of the result, by name
+        assert [r.components for r in got] == [
+            {name: 1.0, f"{name}/acc": 1.0},
+            {name: 0.0, f"{name}/acc": 0.0},
+        ]
+
+
+def test_a_verl_dicts_finite_numbers_become_components_and_the_rest_stays_out():
+    from rewards import register_reward, unregister_reward
+
+    def judged(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": 0.5, "acc": 1, "pred": "42", "ratio": float("nan"), "exact": True}
+
+    register_reward("judged", judged)
+    try:
+        s = scorer("judged")
+        got = s.score_batch(["42"], ["42"], [{"data_source": "x"}])[0]
+        alone = scorer("judged").score("42", "42", {"data_source": "x"})  # one item, not a batch
+    finally:
+        unregister_reward("judged")
+    assert got.total == 0.5 and got.components == {"judged": 0.5, "judged/acc": 1.0}
+    assert alone.components == got.components
+    assert all(type(v) is float for v in got.components.values())  # plain numbers in the results
 
 
 def test_verl_arguments_data_source_and_extra_info():

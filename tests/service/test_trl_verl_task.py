@@ -133,6 +133,8 @@ def test_verl_parquet_rows_and_compute_score(tmp_path, capsys):
     assert pairs[0].fields["data_source"] == "toy/add" and pairs[0].fields["extra_info"]["split"] == "train"
     code, out, err = run_check(capsys, sets(path, f"{EX}:compute_score_dict"))
     assert code == 0 and "ok 8" in out, out + err  # the targets score 1, the rest 0: all ok
+    # the dict's `acc` is a part of the reward, shown beside it (and averaged by each step)
+    assert f"{EX}:compute_score_dict/acc mean 0.25 in [0, 1] (8 items)" in out, out
 
 
 def test_a_dataset_saved_to_disk(tmp_path, capsys):

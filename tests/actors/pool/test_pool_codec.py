@@ -84,6 +84,8 @@ def test_a_component_a_result_carries_but_the_scorer_does_not_name_is_not_summed
              ScoreResult(0.0, {"passed": 0.0, "total": 2.0, "sandbox_timeout": 1.0})]  # fmt: skip
     sums = component_sums([encode(items, ("passed", "total"))])
     assert sums == {"passed": (2.0, 2.0), "total": (4.0, 2.0)}
+    parts = [ScoreResult(1.0, {"m:judge": 1.0, "m:judge/acc": 1.0}), ScoreResult(0.0, {"m:judge": 0.0})]
+    assert component_sums([encode(parts, ("m:judge",))]) == {"m:judge": (1.0, 2.0), "m:judge/acc": (1.0, 1.0)}
     assert component_sums([encode(items)]) == {}  # nothing reported: nothing summed
 
 
