@@ -101,6 +101,12 @@ STEP_METRICS: tuple[Metric, ...] = (
     ),
     _m("env_errors", "train", "environment tasks: episodes ended by env_error or timeout", export=True),
     _m(
+        "env_metrics",
+        "train",
+        "environment tasks: {key: mean} of the numbers the episodes' episode_info() reported "
+        "(SkyRL's get_metrics), over the episodes that reported the key",
+    ),
+    _m(
         "env_replayed_turns", "train", "environment tasks: turns replayed to rebuild episodes on a new worker"
     ),
     _m("step_time_s", "time", "wall time of the step", export=True),
@@ -168,6 +174,11 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("success_rate", "eval", "environment tasks: held-out share of episodes won", export=True),
     _m("turns_mean", "eval", "environment tasks: held-out mean actions per episode", export=True),
     _m("env_errors", "eval", "environment tasks: held-out episodes ended by env_error or timeout"),
+    _m(
+        "env_metrics",
+        "eval",
+        "environment tasks: {key: mean} of the held-out episodes' episode_info() numbers",
+    ),
     _m("env_step_s", "eval", "environment tasks: held-out mean seconds of one reset or step"),
     _m("env_wait_s", "eval", "environment tasks: held-out time sampling waited on the environments"),
     _m("env_replayed_turns", "eval", "environment tasks: held-out turns replayed on a new worker"),
@@ -235,7 +246,15 @@ METRIC_NAMES: tuple[str, ...] = (
 
 # Keys only an environment task's records carry (episodes); other runs export none of them.
 EPISODE_KEYS = frozenset(
-    {"turns_mean", "success_rate", "env_errors", "env_step_s", "env_wait_s", "env_replayed_turns"}
+    {
+        "turns_mean",
+        "success_rate",
+        "env_errors",
+        "env_step_s",
+        "env_wait_s",
+        "env_replayed_turns",
+        "env_metrics",
+    }
 )
 
 

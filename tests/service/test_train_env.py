@@ -48,6 +48,7 @@ def test_env_smoke_plays_episodes_and_records_them(env_run):
     for m in grpo:
         assert m["completions"] == 16 and m["scorer_reward_items"] == 16 and m["env_errors"] == 0.0
         assert m["turns_mean"] >= 1.0 and m["env_step_s"] > 0 and m["pool_workers_alive"] == 1.0
+        assert 0.0 <= m["env_metrics"]["guesses"] <= m["turns_mean"]  # GuessNumber's episode_info()
     summary = json.loads((env_run / "summary.json").read_text())
     assert summary["status"] == "succeeded" and "success_rate" in summary["final_eval"]
     report = (env_run / "report.html").read_text()

@@ -7,6 +7,7 @@ from rewards.env.guess import GuessNumber
 from trainer.config import TrainerConfig
 from trainer.data.pairs import EpisodePair
 from trainer.engine import Trainer
+from trainer.grpo.reward_source import Rewards
 from trainer.policy.char_tokenizer import CharTokenizer
 
 
@@ -34,11 +35,29 @@ def test_a_grpo_step_of_episodes_reports_them_and_needs_no_reward_source():
     assert record["turns_mean"] >= 0.0 and 0.0 <= record["success_rate"] <= 1.0  # 0: cut before a turn ended
     assert record["env_errors"] == 0.0 and record["env_step_s"] >= 0.0
     assert not any(k.startswith("scorer_env_") for k in record)  # the means stand for them
+    # what each episode's episode_info() reported, as a mean: the guesses GuessNumber counted
+    assert list(record["env_metrics"]) == ["guesses"] and 0.0 <= record["env_metrics"]["guesses"] <= 6.0
 
 
 def test_an_evaluation_of_episodes_plays_one_greedy_episode_per_pair():
     trainer = _trainer()
     summary = trainer.evaluate(_pairs(3), score_fn=None, n_samples=2)
     assert summary["count"] == 3 and summary["exact_match"] is None
-    assert {"success_rate", "turns_mean", "env_errors", "env_step_s"} <= summary.keys()
+    assert {"success_rate", "turns_mean", "env_errors", "env_step_s", "env_metrics"} <= summary.keys()
     assert [s["prompt"] for s in summary["samples"]] == ["guess 1-16\n"] * 2
+
+
+def test_episode_metrics_are_means_per_key_over_the_episodes_that_reported_it():
+    from types import SimpleNamespace
+
+    from trainer.grpo.episode_rewards import episode_figures, episode_rewards
+
+    def result(info):
+        return SimpleNamespace(reward=1.0, usable=True, status="ok", turns=2, env_s=0.1, success=True,
+                               episode_info=info)  # fmt: skip
+
+    first = episode_rewards([result({"steps": 2, "solved": True, "note": "x"}), result(None)], 0.0)
+    second = episode_rewards([result({"steps": 4, "ratio": float("nan")})], 0.0)
+    figures = episode_figures(Rewards.concat([first, second]).stats)
+    assert figures["env_metrics"] == {"steps": 3.0, "solved": 1.0}  # text and NaN are left out
+    assert "env_metrics" not in episode_figures(episode_rewards([result(None)], 0.0).stats)

@@ -7,6 +7,7 @@ episode figures travel as additive stats (`env_*`), turned into means by `episod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
         "env_max_tokens": float(statuses.count("max_tokens")),
         "env_wait_s": float(env_wait_s),
         "env_replayed_turns": float(sum(getattr(r, "replayed", 0) for r in results)),
+        **_metric_sums(results),
     }
     return Rewards(
         values=[float(r.reward) for r in results],
@@ -37,15 +39,37 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
     )
 
 
-def episode_figures(stats: Mapping[str, float]) -> dict[str, float]:
+_SUM, _COUNT = "env_metric_sum/", "env_metric_n/"
+
+
+def _metric_sums(results: Sequence[Any]) -> dict[str, float]:
+    """The finite numbers (bools as 0 or 1) at the top of each episode's `episode_info` (SkyRL's
+    `get_metrics()`), as additive sums and counts per key."""
+    out: dict[str, float] = {}
+    for r in results:
+        for key, value in (getattr(r, "episode_info", None) or {}).items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                out[_SUM + key] = out.get(_SUM + key, 0.0) + float(value)
+                out[_COUNT + key] = out.get(_COUNT + key, 0.0) + 1.0
+    return out
+
+
+def episode_figures(stats: Mapping[str, float]) -> dict[str, Any]:
     """turns_mean, success_rate, env_step_s (seconds per environment call), env_errors (episodes
     ended by env_error or timeout), env_wait_s and env_replayed_turns (turns replayed to rebuild
-    episodes on a replacement worker) of a step's summed episode stats; {} without episodes."""
+    episodes on a replacement worker) of a step's summed episode stats, and env_metrics ({key:
+    mean} of what the episodes' `episode_info` reported, where they reported numbers); {} without
+    episodes."""
     episodes = stats.get("env_episodes", 0.0)
     if not episodes:
         return {}
     turns = stats.get("env_turns", 0.0)
-    return {
+    metrics = {
+        key[len(_COUNT) :]: stats.get(_SUM + key[len(_COUNT) :], 0.0) / count
+        for key, count in stats.items()
+        if key.startswith(_COUNT) and count
+    }
+    figures: dict[str, Any] = {
         "turns_mean": turns / episodes,
         "success_rate": stats.get("env_successes", 0.0) / episodes,
         "env_step_s": stats.get("env_seconds", 0.0) / max(turns + episodes, 1.0),  # resets count as calls
@@ -53,3 +77,6 @@ def episode_figures(stats: Mapping[str, float]) -> dict[str, float]:
         "env_wait_s": stats.get("env_wait_s", 0.0),
         "env_replayed_turns": stats.get("env_replayed_turns", 0.0),
     }
+    if metrics:
+        figures["env_metrics"] = metrics
+    return figures
