@@ -18,6 +18,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from examples.addition.make_data import make, write_jsonl  # noqa: E402
+from examples.addition.reward import addition_reward  # noqa: E402
 from service.export import main as export_main  # noqa: E402
 from service.run_files import read_jsonl  # noqa: E402
 from tests.service.train_child import assert_ran, run_train  # noqa: E402
@@ -106,9 +107,14 @@ def test_text_task_with_the_hf_policy(tmp_path):
         tmp_path / "run",
         "task.name=text", f"task.path={tmp_path / 'train.jsonl'}", f"task.eval_path={tmp_path / 'eval.jsonl'}",
         "task.stop=['+']", "reward.user=[{fn: 'examples.addition.reward:addition_reward'}]",
-        "sampling.max_new_tokens=6", "run.backend=local",
+        "sampling.max_new_tokens=6", "run.backend=local", "logging.rollouts_every=1",
     )  # fmt: skip
     assert_ran(result)
+    rollouts = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
+    assert rollouts
+    for row in rollouts:  # the recorded completion is the text that was scored (the tokenizer's decode)
+        a, b = map(int, row["prompt"].removesuffix("=").split("+"))
+        assert row["reward"] == addition_reward(row["completion"].strip(), a, b), row
     evals = read_jsonl(tmp_path / "run" / "eval.jsonl")
     assert all(e["count"] == 16 and e["valid_rate"] == 1.0 for e in evals)
     assert all("+" not in s["completion"] for e in evals for s in e["samples"])

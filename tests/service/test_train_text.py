@@ -8,6 +8,7 @@ import json
 import pytest
 
 from examples.addition.make_data import make, write_jsonl
+from examples.addition.reward import addition_reward
 from service.run_files import read_jsonl
 from tests.service.train_child import assert_ran, run_train
 
@@ -61,5 +62,7 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
     for r in rollouts:
         assert r["prompt"] in prompts and "+" not in r["completion"] and r["status"] == "ok"
         assert 0.0 <= r["reward"] <= 1.0 and 1 <= r["tokens"] <= 6
+        a, b = map(int, r["prompt"].removesuffix("=").split("+"))  # the text that was scored
+        assert r["reward"] == addition_reward(r["completion"].strip(), a, b), r
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["final_eval"]["k"] == 2
