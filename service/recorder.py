@@ -206,9 +206,12 @@ class RunRecorder:
         self.console.evaluation(progress, record)
 
     def _on_rollouts(self, record: dict[str, Any]) -> None:
-        step = record["step"]
-        for row in record.get("rows", ()):
+        step, rows = record["step"], record.get("rows", ())
+        for row in rows:
             self.rollouts.append({"step": step, **row})
+        for sink in self.sinks:
+            if hasattr(sink, "rollouts"):
+                sink.rollouts(int(step), rows)
 
     def _on_checkpoint(self, record: dict[str, Any]) -> None:
         self.last_checkpoint = str(record.get("name"))

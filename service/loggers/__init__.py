@@ -10,7 +10,7 @@ out from then on: a logging problem never ends a training run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +47,14 @@ class RunLoggers:
 
     def _each(self, method: str, *args: Any) -> None:
         for logger in list(self._loggers):
-            try:
-                getattr(logger, method)(*args)
-            except Exception as exc:  # the run goes on; the user learns the logger stopped
-                self._loggers.remove(logger)
-                self._warn(f"{logger.name} logging stopped: {type(exc).__name__}: {exc}")
+            self._call(logger, method, *args)
+
+    def _call(self, logger: Any, method: str, *args: Any) -> None:
+        try:
+            getattr(logger, method)(*args)
+        except Exception as exc:  # the run goes on; the user learns the logger stopped
+            self._loggers.remove(logger)
+            self._warn(f"{logger.name} logging stopped: {type(exc).__name__}: {exc}")
 
     def start(self, from_step: int | None) -> None:
         self._each("start", from_step)
@@ -61,6 +64,12 @@ class RunLoggers:
 
     def evaluation(self, record: Mapping[str, Any]) -> None:
         self._each("evaluation", record)
+
+    def rollouts(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Training completions, to the loggers that show tables (`logging.rollouts_every`)."""
+        for logger in list(self._loggers):
+            if hasattr(logger, "rollouts"):
+                self._call(logger, "rollouts", step, rows)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         self._each("finish", summary)

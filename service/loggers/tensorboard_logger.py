@@ -7,10 +7,11 @@ back to, as the records on disk drop them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from service.loggers.rollout_table import ROLLOUT_TAG, markdown
 from service.loggers.scalars import scalars
 
 TENSORBOARD_DIR = "tensorboard"
@@ -53,6 +54,9 @@ class TensorBoardLogger:
         for name, value in scalars(record, "eval").items():
             writer.add_scalar(name, value, global_step=int(record["step"]))
         writer.flush()
+
+    def rollouts(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._writer_now().add_text(ROLLOUT_TAG, markdown(rows), global_step=step)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         self.close()

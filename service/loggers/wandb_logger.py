@@ -10,10 +10,11 @@ so points logged past the checkpoint before an interruption are not replaced.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from service.loggers.rollout_table import COLUMNS, ROLLOUT_TAG, table_rows
 from service.loggers.scalars import scalars
 
 
@@ -61,6 +62,10 @@ class WandbLogger:
 
     def evaluation(self, record: Mapping[str, Any]) -> None:
         self._run.log(scalars(record, "eval"), step=int(record["step"]))
+
+    def rollouts(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        table = self._wandb.Table(columns=list(COLUMNS), data=table_rows(rows))
+        self._run.log({ROLLOUT_TAG: table}, step=step)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         for key in ("status", "steps", "wall_time_s"):

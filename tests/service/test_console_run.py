@@ -88,7 +88,8 @@ def _argv(run_dir: Path, *sets: str) -> list[str]:
 def test_a_job_log_holds_progress_evaluations_and_the_summary_only(tmp_path):
     run_dir = tmp_path / "job"
     result = subprocess.run(
-        _argv(run_dir, "logging.tensorboard=true", "logging.wandb.project=grpo-test", "logging.wandb.mode=offline"),
+        _argv(run_dir, "logging.tensorboard=true", "logging.wandb.project=grpo-test", "logging.wandb.mode=offline",
+              "logging.rollouts_every=2"),
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     text = result.stdout + result.stderr
@@ -117,6 +118,8 @@ def test_a_job_log_holds_progress_evaluations_and_the_summary_only(tmp_path):
     reader.Reload()
     in_tensorboard = {(tag, e.step) for tag in reader.Tags()["scalars"] for e in reader.Scalars(tag)}
     assert expected <= in_tensorboard
+    recorded = sorted({row["step"] for row in read_jsonl(run_dir / "rollouts.jsonl")})
+    assert [e.step for e in reader.Tensors("train/rollouts/text_summary")] == recorded and recorded
     in_wandb = {(tag, row["_step"]) for row in history(offline_run_file(run_dir)) for tag in row}
     assert expected <= in_wandb
 

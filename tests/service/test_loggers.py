@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import pytest
@@ -10,9 +11,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from wandb_records import history, offline_run_file
 
 from actors.metric_names import EVAL_METRICS, GROUPS, STEP_METRICS, logger_name, metric_for
-from actors.run.control import EVAL, START, STEP
+from actors.run.control import EVAL, ROLLOUTS, START, STEP
 from service.config import LoggingConfig, WandbConfig
 from service.loggers import RunLoggers, missing_extras, open_loggers, scalars
+from service.loggers.rollout_table import COLUMNS
 from service.recorder import RunRecorder
 from service.run_files import read_jsonl
 from trainer.schedule import Schedule
@@ -28,6 +30,13 @@ def _step_record(step: int) -> dict:
                       a_metric_nobody_listed=3.0,
                       reward_components={"validity": 0.5, "mymod:format": 0.25})  # fmt: skip
     return record
+
+
+ROLLOUT_ROWS = [
+    {"group": 0, "sample": i, "prompt": "e4", "completion": f"fen|{i}", "reward": i / 2, "status": "ok",
+     "advantage": i - 0.5, "in_loss": True, "tokens": 5, "truncated": False}
+    for i in (0, 1)
+]  # fmt: skip
 
 
 def _eval_record(step: int) -> dict:
@@ -68,6 +77,8 @@ def _run(tmp_path, settings: LoggingConfig) -> RunRecorder:
     )
     recorder.handle(START, {"from_step": None, "world_size": 1})
     for step in range(1, 6):
+        if step == 4:  # training completions come before their step's record
+            recorder.handle(ROLLOUTS, {"step": 4, "rows": ROLLOUT_ROWS})
         recorder.handle(STEP, _step_record(step))
     recorder.handle(EVAL, _eval_record(5))
     loggers.finish(recorder.finish("succeeded"))
@@ -93,12 +104,30 @@ def test_tensorboards_reader_loads_every_per_step_scalar(tmp_path):
     for tag, points in expected.items():
         got = {event.step: event.value for event in reader.Scalars(tag)}
         assert got == pytest.approx(points), tag
+    [text] = reader.Tensors("train/rollouts/text_summary")  # the training completions, as markdown
+    table = text.tensor_proto.string_val[0].decode()
+    assert text.step == 4 and "| 0 | e4 | fen\\|1 | 0.5 | ok | 0.5 | True |" in table, table
 
 
 def test_a_wandb_offline_run_holds_the_same_scalars(tmp_path):
     _run(tmp_path, LoggingConfig(wandb=WandbConfig(project="grpo-test", mode="offline")))
     rows = history(offline_run_file(tmp_path))
     got: dict[str, dict[int, float]] = {}
+    tables = [
+        (
+            row["_step"],
+            {
+                k.removeprefix("train/rollouts/"): row.pop(k)
+                for k in list(row)
+                if k.startswith("train/rollouts/")
+            },
+        )
+        for row in rows
+        if "train/rollouts/_type" in row
+    ]
+    assert [(step, t["_type"], t["nrows"], t["ncols"]) for step, t in tables] == [(4, "table-file", 2, 7)]
+    saved = json.loads((offline_run_file(tmp_path).parent / "files" / tables[0][1]["path"]).read_text())
+    assert saved["columns"] == list(COLUMNS) and saved["data"][1] == [0, "e4", "fen|1", 0.5, "ok", 0.5, True]
     for row in rows:
         for tag, value in row.items():
             if not tag.startswith("_"):
@@ -129,6 +158,25 @@ def test_a_failing_logger_is_dropped_with_one_warning_and_the_records_go_on(tmp_
         recorder.handle(STEP, _step_record(step))
     assert warnings == ["broken logging stopped: OSError: disk full"] and len(loggers) == 0
     assert [row["step"] for row in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+class ScalarsOnly:
+    name = "scalars-only"
+
+    def __init__(self):
+        self.steps = []
+
+    def step(self, record):
+        self.steps.append(record["step"])
+
+
+def test_a_logger_that_shows_no_tables_is_passed_over_for_rollouts_not_dropped():
+    warnings: list[str] = []
+    scalars_only = ScalarsOnly()
+    loggers = RunLoggers([scalars_only], warnings.append)
+    loggers.rollouts(4, ROLLOUT_ROWS)
+    loggers.step(_step_record(4))
+    assert warnings == [] and len(loggers) == 1 and scalars_only.steps == [4]
 
 
 def test_a_logger_without_its_package_is_a_config_error(monkeypatch):

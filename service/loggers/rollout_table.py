@@ -1,0 +1,27 @@
+"""Training completions (`logging.rollouts_every`) as a table a logger shows: W&B's `Table`,
+TensorBoard's text (markdown), as TRL's `log_completions` shows them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ROLLOUT_TAG = "train/rollouts"
+COLUMNS = ("group", "prompt", "completion", "reward", "status", "advantage", "in_loss")
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """One list per completion, in COLUMNS order."""
+    return [[row.get(column) for column in COLUMNS] for row in rows]
+
+
+def _cell(value: Any) -> str:
+    text = "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")  # one markdown cell
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A markdown table of the rows (TensorBoard's text view renders it)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(v) for v in values) + " |" for values in table_rows(rows)]
+    return "\n".join(lines)
