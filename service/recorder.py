@@ -54,6 +54,7 @@ class RecordSink(Protocol):
     def start(self, from_step: int | None) -> None: ...
     def step(self, record: Mapping[str, Any]) -> None: ...
     def evaluation(self, record: Mapping[str, Any]) -> None: ...
+    def rollouts(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None: ...
 
 
 def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -210,8 +211,7 @@ class RunRecorder:
         for row in rows:
             self.rollouts.append({"step": step, **row})
         for sink in self.sinks:
-            if hasattr(sink, "rollouts"):
-                sink.rollouts(int(step), rows)
+            sink.rollouts(int(step), rows)
 
     def _on_checkpoint(self, record: dict[str, Any]) -> None:
         self.last_checkpoint = str(record.get("name"))

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainer.grpo.reward_source import Rewards
+from trainer.grpo.reward_source import Rewards, component_means
 
 
 def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
@@ -64,11 +64,8 @@ def episode_figures(stats: Mapping[str, float]) -> dict[str, Any]:
     if not episodes:
         return {}
     turns = stats.get("env_turns", 0.0)
-    metrics = {
-        key[len(_COUNT) :]: stats.get(_SUM + key[len(_COUNT) :], 0.0) / count
-        for key, count in stats.items()
-        if key.startswith(_COUNT) and count
-    }
+    counted = (key.removeprefix(_COUNT) for key in stats if key.startswith(_COUNT))
+    metrics = component_means({k: (stats.get(_SUM + k, 0.0), stats[_COUNT + k]) for k in counted})
     figures: dict[str, Any] = {
         "turns_mean": turns / episodes,
         "success_rate": stats.get("env_successes", 0.0) / episodes,
