@@ -14,7 +14,8 @@
 last; the episode's reward is their sum, or the last one (`task.episode_reward`). A step may
 return a fourth item, `info`: a dict of what the turn was about (as gymnasium's `info`, SkyRL's
 `metadata`; gymnasium's five items are taken too), and an optional `episode_info()` says at the
-end what the whole episode was about: the evaluation records keep both, the trainer never reads them.
+end what the whole episode was about: the evaluation records keep both, and the trainer only
+averages the episode info's numbers into each step's `env_metrics`; neither changes a reward.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class Environment:
 
     def episode_info(self) -> Mapping[str, Any] | None:
         """After the episode's last step (or where the sampler cut it), before `close`: what the
-        whole episode was about, kept with its evaluation sample (SkyRL's `get_metrics`); None: nothing."""
+        whole episode was about, kept with its evaluation sample, its numbers averaged per key into
+        `env_metrics` (SkyRL's `get_metrics`); None: nothing."""
         return None
 
     def close(self) -> None:
