@@ -23,6 +23,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     tiers.stop_after_a_failing_tier(item, nextitem)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The whole runs' shared Ray head (`tests/service/train_child.py`), if one was started."""
+    if (train_child := sys.modules.get("tests.service.train_child")) is not None:
+        train_child.stop_shared_head()
+
+
 @pytest.fixture(autouse=True)
 def _compile_workers_released():
     """A test that compiled leaves inductor's worker pool behind (non-daemon threads that only

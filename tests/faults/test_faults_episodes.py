@@ -15,6 +15,7 @@ from fault_runs import (
     first_difference,
     read_rows,
     run_to_end,
+    shared_head_env,
     summary,
 )
 
@@ -53,7 +54,8 @@ def _grpo(rows: list[dict]) -> list[dict]:
 
 
 def test_killed_workers_replay_deterministic_episodes_and_change_no_reward(tmp_path):
-    rc, _ = run_to_end(_argv(tmp_path / "reference"), tmp_path / "reference.log", timeout_s=RUN_TIMEOUT_S)
+    reference = _argv(tmp_path / "reference")
+    rc, _ = run_to_end(reference, tmp_path / "reference.log", RUN_TIMEOUT_S, env=shared_head_env())
     assert rc == 0
     expected = [
         (r["step"], r["reward_mean"], r["turns_mean"])

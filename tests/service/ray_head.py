@@ -40,17 +40,24 @@ _RAY_ENV_TO_DROP = (
 
 @dataclass(frozen=True)
 class RayHead:
-    address: str  # dashboard URL, e.g. http://127.0.0.1:40123
+    address: str  # dashboard URL, e.g. http://127.0.0.1:40123 ("" for a head without one)
     token: str
     metrics_url: str  # the node's Prometheus export, e.g. http://127.0.0.1:40125/metrics
     temp_dir: Path
     log_path: Path
     pgid: int
+    gcs_address: str  # what a driver joins, e.g. 127.0.0.1:40122
 
     def client_env(self) -> dict[str, str]:
         """Environment for a CLI process (`ray job submit`, `python -m service.client`)."""
         env = clean_env()
         env.update(RAY_ADDRESS=self.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token)
+        return env
+
+    def driver_env(self) -> dict[str, str]:
+        """Environment for a driver that joins this cluster (`ray.init` with RAY_ADDRESS)."""
+        env = clean_env()
+        env.update(RAY_ADDRESS=self.gcs_address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token)
         return env
 
 
@@ -85,17 +92,17 @@ _PORT_FLAGS = (
 )
 
 
-def _head_command(temp_dir: Path, num_cpus: int) -> tuple[list[str], str, str]:
-    """(argv, dashboard URL, metrics URL) for a head bound to 127.0.0.1 and free ports."""
+def _head_command(temp_dir: Path, num_cpus: int, dashboard: bool) -> tuple[list[str], dict[str, int]]:
+    """(argv, port of each flag) for a head bound to 127.0.0.1 and free ports."""
     ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
     command = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
         f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={temp_dir}",
         "--dashboard-host=127.0.0.1", "--disable-usage-stats",
+        f"--include-dashboard={str(dashboard).lower()}",
         *(f"--{flag}={port}" for flag, port in ports.items()),
     ]  # fmt: skip
-    dashboard, metrics = ports["dashboard-port"], ports["metrics-export-port"]
-    return command, f"http://127.0.0.1:{dashboard}", f"http://127.0.0.1:{metrics}/metrics"
+    return command, ports
 
 
 def _dashboard_ready(address: str, token: str) -> bool:
@@ -108,24 +115,39 @@ def _dashboard_ready(address: str, token: str) -> bool:
         return False
 
 
-def start_token_head(num_cpus: int = 4) -> RayHead:
-    """Start a token-auth head and return once its dashboard answers (raises if it never does)."""
+def _runtime_started(log_path: Path) -> bool:
+    """True once `ray start` has logged that the head's processes are up (a head without a dashboard)."""
+    try:
+        return b"Ray runtime started" in log_path.read_bytes()
+    except OSError:
+        return False
+
+
+def start_token_head(
+    num_cpus: int = 4, *, dashboard: bool = True, env: dict[str, str] | None = None
+) -> RayHead:
+    """Start a token-auth head and return once it answers: its dashboard's Jobs API, or without a
+    dashboard `ray start`'s own line that the runtime started (raises if neither comes). `env`:
+    more environment for the head's processes, which its workers inherit."""
     token = secrets.token_hex(32)
     temp_dir = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # short: AF_UNIX path limit
-    command, address, metrics_url = _head_command(temp_dir, num_cpus)
-    env = clean_env()
+    command, ports = _head_command(temp_dir, num_cpus, dashboard)
+    address = f"http://127.0.0.1:{ports['dashboard-port']}" if dashboard else ""
+    metrics_url = f"http://127.0.0.1:{ports['metrics-export-port']}/metrics"
+    env = {**clean_env(), **(env or {})}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     log_path = temp_dir / "head.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    head = RayHead(address, token, metrics_url, temp_dir, log_path, pgid=process.pid)
+    gcs_address = f"127.0.0.1:{ports['port']}"
+    head = RayHead(address, token, metrics_url, temp_dir, log_path, pgid=process.pid, gcs_address=gcs_address)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             break
-        if _dashboard_ready(address, token):
+        if _dashboard_ready(address, token) if dashboard else _runtime_started(log_path):
             return head
         time.sleep(0.5)
     tail = log_path.read_text(errors="replace")[-3000:]

@@ -36,6 +36,7 @@ from actors.metric_names import RECORD_FIELDS, metric_for
 from service.loggers import scalars
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.run_files import read_jsonl
+from tests.service.train_child import shared_env
 
 pytestmark = pytest.mark.slow
 
@@ -72,8 +73,8 @@ def classify(text: str) -> dict[str, list[str]]:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONUNBUFFERED"] = "1"
+    """On the shared Ray head, as a job's driver runs on its cluster."""
+    env = shared_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
 

@@ -47,8 +47,8 @@ def _refusal(run: DriverRun) -> str:
     return lines[0]
 
 
-def _lock_holders(run: DriverRun, lock: Path) -> list[int]:
-    """The processes of the run's session with the lock file open."""
+def _open_by(run: DriverRun, lock: Path) -> set[int]:
+    """The processes of the run's session with the lock file open right now."""
     holders = set()
     for proc in run.session_processes():
         with contextlib.suppress(OSError):  # exited while we looked
@@ -56,7 +56,18 @@ def _lock_holders(run: DriverRun, lock: Path) -> list[int]:
                 with contextlib.suppress(OSError):  # closed while we looked
                     if os.readlink(fd) == str(lock):
                         holders.add(proc.pid)
-    return sorted(holders)
+    return holders
+
+
+def _lock_holders(run: DriverRun, lock: Path, apart_s: float = 1.0) -> list[int]:
+    """The processes that hold the lock file open in two looks `apart_s` apart.
+
+    A child the driver forks holds every descriptor of its parent until its exec closes them
+    (a millisecond): one look can catch it. A process that inherited the lock keeps it.
+    """
+    first = _open_by(run, lock)
+    time.sleep(apart_s)
+    return sorted(first & _open_by(run, lock))
 
 
 def _steps(run_dir: Path, name: str = "metrics.jsonl") -> list[int]:

@@ -18,15 +18,15 @@ import yaml
 
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.run_files import read_jsonl
-from tests.service.train_child import REPO, assert_ran, child_env, run_train, train_argv
+from tests.service.train_child import REPO, assert_ran, child_env, run_train, shared_env, train_argv
 
 SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 CPUs; the test allows for a busy machine
 pytestmark = pytest.mark.slow
 
 
-def _train(*args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+def _train(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = run_train(*args, timeout=timeout)
+    result = run_train(*args, env=env, timeout=300)
     return result, time.monotonic() - began
 
 
@@ -36,7 +36,10 @@ def _steps(run_dir: Path, name: str) -> list[int]:
 
 def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     run_dir = tmp_path / "smoke"
-    result, wall = _train("--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.name=smoke-test")
+    # The Quickstart's own run: it starts its own Ray, with the settings it gives its workers.
+    result, wall = _train(
+        "--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.name=smoke-test", env=child_env()
+    )
     logs = result.stdout + result.stderr
     assert result.returncode == 0, logs[-4000:]
     print(f"smoke wall time {wall:.1f}s (budget {SMOKE_BUDGET_S:.0f}s on an idle 2-CPU machine)")
@@ -96,7 +99,7 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
 def _run_until_step_then_sigterm(args: list[str], stop_at: int) -> tuple[int, str]:
     """Start a run, send SIGTERM once its progress passes `stop_at`; (exit code, logs)."""
     process = subprocess.Popen(
-        train_argv(*args), cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        train_argv(*args), cwd=REPO, env=shared_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     sent = threading.Event()

@@ -1,7 +1,12 @@
-"""`python -m service.train` as a child process, as a user runs it, on its own embedded Ray.
+"""`python -m service.train` as a child process, as a user runs it.
 
 result = run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=["run.backend=local"])
 assert_ran(result)
+
+`run_train` joins the session's shared Ray head (`shared_env`), as `ray job submit` runs join a
+cluster: starting and stopping a Ray of its own costs a run about 5 CPU-seconds and 5 s, which the
+suite's whole runs pay once instead of some fifty times. A test of what a run's own Ray does (its
+size, its dashboard, its teardown, processes found by their session) passes `env=child_env()`.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+from tests.service.ray_head import RayHead, start_token_head, stop_head
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,6 +29,34 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
+# Logical CPUs of the shared head: the most any whole run here reserves (trainer and reward workers).
+SHARED_HEAD_CPUS = 8
+_shared: list[RayHead] = []  # started on first use, one per test process (each xdist worker has its own)
+
+
+def shared_env(**extra: str) -> dict[str, str]:
+    """`child_env` joined to the session's shared Ray head (started on first use), plus `extra`.
+
+    The head's workers get the OpenMP wait policy a run gives the Ray it starts itself, and the
+    drivers turn off Ray Train's preemption watcher as such a run does (Ray Train passes the
+    driver's value on): the runs here behave as on their own Ray, less its start and stop.
+    """
+    from actors.run.omp_env import wait_policy_env
+    from service.config import ScalingConfig
+    from service.driver import PREEMPTION_WATCHER_ENV
+
+    if not _shared:
+        head_env = wait_policy_env(ScalingConfig().omp_wait_policy)
+        _shared.append(start_token_head(SHARED_HEAD_CPUS, dashboard=False, env=head_env))
+    return {**child_env(), **_shared[0].driver_env(), PREEMPTION_WATCHER_ENV: "0", **extra}
+
+
+def stop_shared_head() -> None:
+    """At the session's end: stop the shared head, if a run started one."""
+    while _shared:
+        stop_head(_shared.pop())
+
+
 def train_argv(*args: str, sets: Iterable[str] = ()) -> list[str]:
     """The command line: `args`, then `--set` for each dotted override in `sets`."""
     return [sys.executable, "-m", "service.train", *args, *(a for s in sets for a in ("--set", s))]
@@ -30,11 +65,12 @@ def train_argv(*args: str, sets: Iterable[str] = ()) -> list[str]:
 def run_train(
     *args: str, sets: Iterable[str] = (), env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """Run the command to its end from the repository root, capturing its output."""
+    """Run the command to its end from the repository root, capturing its output; on the shared
+    Ray head unless `env` says otherwise."""
     return subprocess.run(
         train_argv(*args, sets=sets),
         cwd=REPO,
-        env=child_env() if env is None else env,
+        env=shared_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,
