@@ -16,7 +16,7 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
 from actors.pool.failure_policy import BatchCounts, expected_dropped_share
@@ -68,23 +68,28 @@ def _pool_lines(cfg: ServiceConfig, pool: PoolConfig, trial: TrialResult) -> lis
 def component_lines(trial: TrialResult) -> list[str]:
     """Each named component's mean and range over the items that have it (a step reports the same
     means, `reward_components`), and a note for one that gives every item the same value."""
-    parts, flat = [], []
-    for name, values in trial.components.items():
-        if not values:
-            parts.append(f"{name} on no item")
-            continue
-        low, high = min(values), max(values)
-        parts.append(
-            f"{name} mean {statistics.fmean(values):.3g} in [{low:.3g}, {high:.3g}] ({len(values)} items)"
-        )
-        if low == high and len(values) > 1:
-            flat.append(name)
-    if not parts:
-        return []
-    lines = [f"components:   {parts[0]}", *(f"              {part}" for part in parts[1:])]
+    lines = value_lines("components:", trial.components, "items")
+    flat = [
+        name for name, values in trial.components.items() if len(values) > 1 and min(values) == max(values)
+    ]
     lines += [f"  note: {name} gives every sampled item {trial.components[name][0]:g}: it adds nothing "
               "GRPO can learn from on this sample" for name in flat]  # fmt: skip
     return lines
+
+
+def value_lines(label: str, values_by_name: Mapping[str, Sequence[float]], of: str) -> list[str]:
+    """`label` and, a line each, every name's mean and range over the `of` that have a value."""
+    parts = []
+    for name, values in values_by_name.items():
+        if not values:
+            parts.append(f"{name} on no {of[:-1]}")
+            continue
+        mean = statistics.fmean(values)
+        parts.append(f"{name} mean {mean:.3g} in [{min(values):.3g}, {max(values):.3g}] ({len(values)} {of})")
+    if not parts:
+        return []
+    pad = " " * 14
+    return [f"{label:<14}{parts[0]}", *(f"{pad}{part}" for part in parts[1:])]
 
 
 def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
@@ -162,6 +167,8 @@ def _check_environment(task, n: int) -> int:
         f"statuses:     {statuses or 'none'}",
         *(f"  error: {reason[:120]}" for reason in trial.errors[:3]),
         f"infos:        {_info_keys(trial)}",
+        # a run's steps and evaluations report these means as env_metrics
+        *value_lines("env metrics:", trial.episode_numbers, "episodes"),
         *(f"  note: {reason[:120]}" for reason in trial.notes[:3]),
         f"determinism:  {len(trial.mismatches)} of {trial.episodes // 2} rows played differently the second time",
     ]

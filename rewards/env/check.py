@@ -1,13 +1,15 @@
 """Trying an environment before a run: each sample row played twice with the same actions.
 
 For every row: the time of each reset and step, the statuses the episodes ended with, the keys of
-the infos its turns and episodes gave, what went wrong after an episode was played (a failing
+the infos its turns and episodes gave, the numbers of each episode's info (what a run averages
+into `env_metrics`), what went wrong after an episode was played (a failing
 `episode_info` or `close`), and, where the environment declares itself deterministic, whether the
 two plays gave the same observations and rewards (what replaying an episode relies on).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ class EnvTrial:
     turns: int = 0  # steps answered
     turn_info_keys: Counter = field(default_factory=Counter)  # key -> turns whose info had it
     episode_info_keys: Counter = field(default_factory=Counter)  # key -> episodes whose info had it
+    episode_numbers: dict[str, list[float]] = field(default_factory=dict)  # key -> its finite numbers
     notes: list[str] = field(default_factory=list)  # reasons of episodes that ended ok all the same
 
     @property
@@ -64,6 +67,9 @@ def try_environment(
             trial.turns += len(result.infos)
             trial.turn_info_keys.update(key for info in result.infos for key in info)
             trial.episode_info_keys.update(list(result.episode_info or {}))
+            for key, value in (result.episode_info or {}).items():  # what a run averages into env_metrics
+                if isinstance(value, int | float) and math.isfinite(value):
+                    trial.episode_numbers.setdefault(key, []).append(float(value))
         if first.reason and first.status != "ok":
             trial.errors.append(first.reason)
         elif first.reason:  # played, but its episode_info or close failed

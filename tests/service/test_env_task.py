@@ -3,6 +3,8 @@ and `python -m service.check_reward` trying an environment."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from service.check_reward import main as check_main
@@ -112,6 +114,8 @@ def test_check_reward_tries_the_environment(capsys):
     out = capsys.readouterr().out
     assert "environment:  guess (task env), deterministic" in out
     assert "6 rows, each played twice" in out and "statuses:     ok 12" in out
+    # each episode's `guesses` (episode_info), as a run's env_metrics would average them
+    assert re.search(r"env metrics:  guesses mean [\d.]+ in \[\d+, \d+\] \(12 episodes\)", out), out
     assert "determinism:  0 of 6 rows" in out and "a run would accept this environment" in out
     lies = f"task.env={CASES}:LiesAboutDeterminism"
     assert check_main(["--preset", "env-smoke", "--set", lies, "--n", "8"]) == 2

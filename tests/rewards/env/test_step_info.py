@@ -206,5 +206,19 @@ def test_python_tool_says_what_ran_in_each_turns_info():
 def test_trying_an_environment_counts_the_keys_of_its_infos_and_notes_a_failing_episode_info():
     trial = try_environment(GuessNumber, [({"secret": 5, "tries": 2}, ["8", "9"])], max_turns=6)
     assert (trial.turns, trial.turn_info_keys, trial.episode_info_keys) == (4, {"ended": 2}, {"guesses": 2})
+    assert trial.episode_numbers == {"guesses": [2.0, 2.0]}  # each play's, as a run would average them
     noted = try_environment(SummingBadly, [({}, ["a", "b", "c"])], max_turns=6)
     assert env_problem(noted) is None and noted.notes == ["episode_info raised RuntimeError: no metrics"]
+
+
+class MixedMetrics(GuessNumber):
+    """An episode_info of a number, a flag and text: the number and the flag (as 1) are averaged."""
+
+    def episode_info(self):
+        return {"guesses": self.guesses, "won": True, "note": "text"}
+
+
+def test_trying_an_environment_keeps_the_numbers_of_episode_info():
+    trial = try_environment(MixedMetrics, [({"secret": 5, "tries": 2}, ["5"])], max_turns=6)
+    assert trial.episode_numbers == {"guesses": [1.0, 1.0], "won": [1.0, 1.0]}
+    assert trial.episode_info_keys == {"guesses": 2, "won": 2, "note": 2}
