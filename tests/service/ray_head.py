@@ -1,4 +1,6 @@
-"""A real `ray start --head` with token auth, owned and stopped by the test that starts it.
+"""A real `ray start --head` with token auth, owned and stopped by whoever starts it: a test module
+(`ray_token_head`, with the dashboard its clients talk to) or the test session (the whole runs'
+shared head, without a dashboard: `train_child.shared_env`).
 
 Several clusters may run on one machine, so the head gets free ports for everything it
 would otherwise bind to a fixed default, a short temp dir of its own (Ray's AF_UNIX socket
