@@ -106,14 +106,13 @@ def refuse_ray_in_unit(item: pytest.Item, monkeypatch: pytest.MonkeyPatch) -> No
         return
     import sys
 
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return
-
     def refused(*args, **kwargs):
         raise RuntimeError(
             f"{item.nodeid} is in the unit tier but starts Ray: mark it `ray` or `e2e` "
             "(a marker on the test, or its module in tests/tiers.py MODULE_TIERS)"
         )
 
-    monkeypatch.setattr(ray, "init", refused)
+    if (ray := sys.modules.get("ray")) is not None:
+        monkeypatch.setattr(ray, "init", refused)
+    if (train_child := sys.modules.get("tests.service.train_child")) is not None:
+        monkeypatch.setattr(train_child, "start_token_head", refused)  # the whole runs' shared head

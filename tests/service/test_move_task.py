@@ -17,7 +17,7 @@ from service.tasks import MoveTask, build_task
 from service.tasks.move import move_figures
 from service.tasks.move_data import cache_dir
 from tests.rewards.engine_needed import needs_engine
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 from trainer.data.chess_games import position_key
 from trainer.policy.char_tokenizer import CharTokenizer
 
@@ -88,7 +88,7 @@ def test_move_smoke_runs_end_to_end_with_the_move_figures(tmp_path, move_cache):
     # in process (run.backend=local): this checks the move task's figures; Ray Train's own path is
     # the smoke runs'
     args = ("--preset", "move-smoke", "--run-dir", str(run_dir))
-    assert_ran(run_train(*args, sets=["run.backend=local"], timeout=400))
+    assert_ran(run_train(*args, sets=["run.backend=local"], env=shared_env(), timeout=400))
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert evals and all(
         {"legal_rate", "cp_loss_mean", "cp_loss_legal_mean", "best_move_rate"} <= set(e) for e in evals

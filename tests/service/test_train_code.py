@@ -8,7 +8,7 @@ import json
 import pytest
 
 from service.run_files import read_jsonl
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 
 
 def _sandbox_reason() -> str | None:
@@ -23,7 +23,7 @@ def _sandbox_reason() -> str | None:
 def test_code_smoke_runs_completions_in_the_sandbox_and_reports_pass_at_1(tmp_path):
     run_dir = tmp_path / "run"
     args = ("--preset", "code-smoke", "--run-dir", str(run_dir))
-    result = assert_ran(run_train(*args, sets=["run.backend=local"]))
+    result = assert_ran(run_train(*args, sets=["run.backend=local"], env=shared_env()))
     assert "200 generated training problems; 16 held-out ones" in result.stdout
 
     evals = read_jsonl(run_dir / "eval.jsonl")

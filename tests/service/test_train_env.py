@@ -13,7 +13,7 @@ import pytest
 
 from service.run_files import read_jsonl
 from tests.service.record_diff import record_differences
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 
 # Enough warm start that the policy writes numbers, so episodes go on for several turns.
 WARM = ("--set", "sft.steps=60", "--set", "sft.lr=0.01", "--set", "checkpoint.every_steps=2")
@@ -22,7 +22,7 @@ GRPO_STEPS = 4
 
 def _train(run_dir: Path, *more: str) -> subprocess.CompletedProcess:
     args = ("--preset", "env-smoke", "--run-dir", str(run_dir), "--set", "run.backend=local", *WARM, *more)
-    return assert_ran(run_train(*args))
+    return assert_ran(run_train(*args, env=shared_env()))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,8 @@ def test_env_smoke_plays_episodes_and_records_them(env_run):
 def test_a_resumed_multi_turn_run_repeats_one_that_never_stopped(env_run, tmp_path):
     run_dir = tmp_path / "resumed"
     _train(run_dir, "--set", f"grpo.steps={GRPO_STEPS - 2}")
-    result = assert_ran(run_train("--run-dir", str(run_dir), "--resume", sets=[f"grpo.steps={GRPO_STEPS}"]))
+    resume = ("--run-dir", str(run_dir), "--resume")
+    result = assert_ran(run_train(*resume, sets=[f"grpo.steps={GRPO_STEPS}"], env=shared_env()))
     assert "resuming from the checkpoint of step" in result.stdout
     ours, theirs = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(env_run / "metrics.jsonl")
     assert record_differences(ours, theirs, "metrics.jsonl") == []

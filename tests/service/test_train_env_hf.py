@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.run_files import read_jsonl
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 
 
 def _sandbox_reason() -> str | None:
@@ -31,7 +31,7 @@ def _engine_reason() -> str | None:
 
 def _run(run_dir: Path, env: str, *sets: str) -> list[dict]:
     sets = ("task.name=env", f"task.env={env}", "task.chat_template=true", "run.backend=local", *sets)
-    assert_ran(run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets))
+    assert_ran(run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets, env=shared_env()))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and (run_dir / "export").is_dir()
     grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]

@@ -21,7 +21,7 @@ from examples.addition.make_data import make, write_jsonl  # noqa: E402
 from examples.addition.reward import addition_reward  # noqa: E402
 from service.export import main as export_main  # noqa: E402
 from service.run_files import read_jsonl  # noqa: E402
-from tests.service.train_child import assert_ran, run_train  # noqa: E402
+from tests.service.train_child import assert_ran, run_train, shared_env  # noqa: E402
 from trainer.checkpoint import load_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ def _train(run_dir: Path, *sets: str) -> subprocess.CompletedProcess:
     # fp32 whatever the CPU (auto is bf16 with AMX): the export, run by transformers in fp32, must
     # complete as the run's own evaluation did
     sets = (f"run.eval_samples={SAMPLES}", "precision.dtype=fp32", *sets)
-    return run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets)
+    return run_train("--preset", "hf-smoke", "--run-dir", str(run_dir), sets=sets, env=shared_env())
 
 
 def _own_model(path: Path, arch: str) -> Path:

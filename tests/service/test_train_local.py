@@ -19,13 +19,13 @@ import pytest
 from service.config import ConfigError, load_config
 from service.run_files import read_jsonl
 from tests.service.record_diff import record_differences
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 from trainer.schedule import Schedule
 
 
 def _train(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = run_train(*args, timeout=300)
+    result = run_train(*args, env=shared_env(), timeout=300)
     return result, time.monotonic() - began
 
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def _train(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = run_train(*args, env=env, timeout=300)
+    result = run_train(*args, env=shared_env() if env is None else env, timeout=300)
     return result, time.monotonic() - began
 
 

@@ -10,7 +10,7 @@ import pytest
 from examples.addition.make_data import make, write_jsonl
 from examples.addition.reward import addition_reward
 from service.run_files import read_jsonl
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,9 @@ def test_text_run_trains_scores_fields_and_reports_pass_at_k(tmp_path):
         "run.backend=local",  # the loop in process: the same records without Ray Train's start-up
         "logging.rollouts_every=2",
     ]
-    result = assert_ran(run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets))
+    result = assert_ran(
+        run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets, env=shared_env())
+    )
     assert "[data] " in result.stdout and "400 training rows" in result.stdout
 
     evals = read_jsonl(run_dir / "eval.jsonl")

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from service.run_files import read_jsonl
-from tests.service.train_child import assert_ran, run_train
+from tests.service.train_child import assert_ran, run_train, shared_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,7 +31,9 @@ def run_text_task(tmp_path, reward: str):
         "sampling.max_new_tokens=5",
         "run.backend=local",
     ]
-    result = assert_ran(run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets))
+    result = assert_ran(
+        run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets, env=shared_env())
+    )
     assert "run on the pool" in result.stdout  # scored in the pool's workers, not in process
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
     return run_dir

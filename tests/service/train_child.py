@@ -1,12 +1,13 @@
 """`python -m service.train` as a child process, as a user runs it.
 
-result = run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=["run.backend=local"])
+result = run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=["run.backend=local"], env=shared_env())
 assert_ran(result)
 
-`run_train` joins the session's shared Ray head (`shared_env`), as `ray job submit` runs join a
-cluster: starting and stopping a Ray of its own costs a run about 5 CPU-seconds and 5 s, which the
-suite's whole runs pay once instead of some fifty times. A test of what a run's own Ray does (its
-size, its dashboard, its teardown, processes found by their session) passes `env=child_env()`.
+A run started with `env=shared_env()` joins the session's shared Ray head, as `ray job submit`
+runs join a cluster: starting and stopping a Ray of its own costs a run about 5 CPU-seconds and
+5 s, which the suite's whole runs then pay once instead of some fifty times. Without it the run
+starts its own Ray, as the Quickstart's does: what a test of its own Ray (its size, its workers'
+environment, its teardown) needs, and what a command refused before Ray starts costs nothing.
 """
 
 from __future__ import annotations
@@ -65,12 +66,12 @@ def train_argv(*args: str, sets: Iterable[str] = ()) -> list[str]:
 def run_train(
     *args: str, sets: Iterable[str] = (), env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """Run the command to its end from the repository root, capturing its output; on the shared
-    Ray head unless `env` says otherwise."""
+    """Run the command to its end from the repository root, capturing its output (in `env`,
+    default: `child_env()`, its own Ray)."""
     return subprocess.run(
         train_argv(*args, sets=sets),
         cwd=REPO,
-        env=shared_env() if env is None else env,
+        env=child_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,
