@@ -21,10 +21,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     tiers.stop_after_a_failing_tier(item, nextitem)
+    if tiers.last_of_its_tier(item, nextitem):
+        _stop_the_shared_ray_head()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The whole runs' shared Ray head (`tests/service/train_child.py`), if one was started."""
+    _stop_the_shared_ray_head()
+
+
+def _stop_the_shared_ray_head() -> None:
+    """The whole runs' shared Ray head (`tests/service/train_child.py`), if one was started: at the
+    end of the tier that used it (idle, it costs about 4 CPU-seconds a minute) or of the session."""
     if (train_child := sys.modules.get("tests.service.train_child")) is not None:
         train_child.stop_shared_head()
 

@@ -89,11 +89,16 @@ def assign(items: list[pytest.Item]) -> None:
 TIER_KEY = pytest.StashKey[str]()
 
 
+def last_of_its_tier(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """True when `item` is the last test of its tier in this session (or the last test)."""
+    return nextitem is None or item.stash.get(TIER_KEY, None) != nextitem.stash.get(TIER_KEY, None)
+
+
 def stop_after_a_failing_tier(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """At a tier's end, a session with failures stops: slower tiers would only repeat the news."""
     if nextitem is None or item.session.testsfailed == 0:
         return
-    if item.stash.get(TIER_KEY, None) != nextitem.stash.get(TIER_KEY, None):
+    if last_of_its_tier(item, nextitem):
         item.session.shouldstop = (
             f"{item.session.testsfailed} failed by the end of the {item.stash[TIER_KEY]!r} tier; "
             "the slower tiers were not started (run one with -m <tier>)"

@@ -1,8 +1,7 @@
 """Shared fixtures of the fault tests: the training file with bad lines and one fault-free run.
 
 The fault-free run is the reference every interrupted run is compared with; it is made once per
-test session (a driver run costs ~30 s on 2 CPUs, mostly Ray and Ray Train start-up), on the
-session's shared Ray head: nothing is done to its processes.
+test session (a driver run costs ~30 s on 2 CPUs, mostly Ray and Ray Train start-up).
 """
 
 from __future__ import annotations
@@ -10,15 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fault_runs import (
-    FinishedRun,
-    TrainFile,
-    fault_sets,
-    run_to_end,
-    shared_head_env,
-    train_argv,
-    write_jsonl_with_garbage,
-)
+from fault_runs import FinishedRun, TrainFile, fault_sets, run_to_end, train_argv, write_jsonl_with_garbage
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +28,5 @@ def train_file(fault_root: Path) -> TrainFile:
 def reference_run(fault_root: Path, train_file: TrainFile) -> FinishedRun:
     """The fault-free run of FAULT_SETS on `train_file`."""
     run_dir = fault_root / "reference"
-    argv = train_argv(run_dir, fault_sets(train_file.path))
-    rc, output = run_to_end(argv, fault_root / "reference.log", env=shared_head_env())
+    rc, output = run_to_end(train_argv(run_dir, fault_sets(train_file.path)), fault_root / "reference.log")
     return FinishedRun(run_dir, rc, output)

@@ -134,14 +134,6 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def shared_head_env() -> dict[str, str]:
-    """A driver on the session's shared Ray head (`tests/service/train_child.py`): for the fault-free
-    references and the resumes, whose processes nothing is done to (less Ray's start and stop)."""
-    from tests.service.train_child import shared_env
-
-    return shared_env(PYTHONPATH=clean_env()["PYTHONPATH"])
-
-
 def train_argv(run_dir: Path, sets: Sequence[str], *, resume: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "service.train", "--run-dir", str(run_dir)]
     if resume:
@@ -357,11 +349,9 @@ def driver_run(argv: Sequence[str], log_path: Path, env: dict[str, str] | None =
         run.kill_session()
 
 
-def run_to_end(
-    argv: Sequence[str], log_path: Path, timeout_s: float = 240.0, env: dict[str, str] | None = None
-) -> tuple[int, str]:
-    """Run a driver to its end (in `env`, default: its own embedded Ray): (exit code, output)."""
-    with driver_run(argv, log_path, env) as run:
+def run_to_end(argv: Sequence[str], log_path: Path, timeout_s: float = 240.0) -> tuple[int, str]:
+    """Run a driver to its end: (exit code, output)."""
+    with driver_run(argv, log_path) as run:
         rc = run.wait(timeout_s)
         return rc, run.output
 

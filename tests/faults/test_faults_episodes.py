@@ -15,7 +15,6 @@ from fault_runs import (
     first_difference,
     read_rows,
     run_to_end,
-    shared_head_env,
     summary,
 )
 
@@ -54,8 +53,7 @@ def _grpo(rows: list[dict]) -> list[dict]:
 
 
 def test_killed_workers_replay_deterministic_episodes_and_change_no_reward(tmp_path):
-    reference = _argv(tmp_path / "reference")
-    rc, _ = run_to_end(reference, tmp_path / "reference.log", RUN_TIMEOUT_S, env=shared_head_env())
+    rc, _ = run_to_end(_argv(tmp_path / "reference"), tmp_path / "reference.log", timeout_s=RUN_TIMEOUT_S)
     assert rc == 0
     expected = [
         (r["step"], r["reward_mean"], r["turns_mean"])

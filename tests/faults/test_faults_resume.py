@@ -27,7 +27,6 @@ from fault_runs import (
     final_weights,
     first_difference,
     run_to_end,
-    shared_head_env,
     stable_rows,
     summary,
     train_argv,
@@ -49,8 +48,7 @@ def latest_registered(run_dir: Path) -> str:
 
 
 def resume(run_dir: Path, log: Path) -> FinishedRun:
-    argv = train_argv(run_dir, (), resume=True)  # on the shared head: nothing is done to its processes
-    rc, output = run_to_end(argv, log, RUN_TIMEOUT_S, env=shared_head_env())
+    rc, output = run_to_end(train_argv(run_dir, (), resume=True), log, RUN_TIMEOUT_S)
     return FinishedRun(run_dir, rc, output)
 
 
