@@ -5,7 +5,7 @@ assert_ran(result)
 
 A run started with `env=shared_env()` joins the session's shared Ray head, as `ray job submit`
 runs join a cluster: starting and stopping a Ray of its own costs a run about 5 CPU-seconds and
-5 s, which the suite's whole runs then pay once instead of some fifty times. Without it the run
+5 s, which the whole runs then pay once a tier instead of once a run. Without it the run
 starts its own Ray, as the Quickstart's does: what a test of its own Ray (its size, its workers'
 environment, its teardown) needs, and what a command refused before Ray starts costs nothing.
 """
@@ -53,7 +53,8 @@ def shared_env(**extra: str) -> dict[str, str]:
 
 
 def stop_shared_head() -> None:
-    """At the session's end: stop the shared head, if a run started one."""
+    """At the end of a tier or of the session (`tests/conftest.py`): stop the shared head, if a run
+    started one (the next run that asks for it starts another)."""
     while _shared:
         stop_head(_shared.pop())
 
