@@ -88,7 +88,7 @@ STEP_METRICS: tuple[Metric, ...] = (
         "train",
         "{component: mean} of the scorer's named components (each user reward; validity, similarity, "
         "exact for fen; legal, quality, cp_loss for move; passed, total for code) over the items that "
-        "have it, on rank 0's completions",
+        "have it, over every rank's completions",
         "rewards",
         export=True,
         tag="component",

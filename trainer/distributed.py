@@ -1,12 +1,14 @@
-"""The little the trainer needs from torch.distributed: rank, world size, sums, each rank's share.
+"""The little the trainer needs from torch.distributed: rank, world size, sums, a gather, each
+rank's share.
 
 Everything degrades to a no-op when torch.distributed is not initialised (or has one process).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,6 +39,27 @@ def reduce_on(t: Tensor, device: torch.device) -> Tensor:
     staged = t.to(device) if backend == "nccl" else t.clone()
     dist.all_reduce(staged, op=dist.ReduceOp.SUM)
     return staged.cpu()
+
+
+def gather_json(obj: Any, device: torch.device) -> list[Any]:
+    """Every rank's `obj` (anything JSON holds), in rank order; [obj] outside torch.distributed.
+
+    Staged through `device` as reduce_on is (NCCL gathers device tensors only): two all_gathers,
+    the lengths and then the padded bytes.
+    """
+    if rank_and_world()[1] == 1:
+        return [obj]
+    via = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    data = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=via)
+    size = torch.tensor([data.numel()], dtype=torch.int64, device=via)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    padded = torch.zeros(longest, dtype=torch.uint8, device=via)
+    padded[: data.numel()] = data
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded)
+    return [json.loads(bytes(p[: int(s.item())].cpu().tolist())) for p, s in zip(parts, sizes, strict=True)]
 
 
 def shard(items: Sequence[T], rank: int, world: int) -> list[T]:

@@ -14,7 +14,6 @@ Sampling itself reads tokens on the host to decode them for the scorer, which is
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,14 +25,14 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
-from trainer.distributed import all_reduce_sum, rank_and_world, reduce_on, shard
+from trainer.distributed import all_reduce_sum, gather_json, rank_and_world, reduce_on, shard
 from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
-from trainer.grpo.episode_rewards import episode_figures
-from trainer.grpo.reward_source import Rewards, RewardSource, component_means
+from trainer.grpo.reward_source import Rewards, RewardSource
 from trainer.grpo.rollout_record import rollout_rows
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
+from trainer.grpo.step_figures import step_figures, step_sums
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
 from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
@@ -336,26 +335,11 @@ class Trainer:
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
         self.grpo_steps += 1
+        gather = (lambda sums: gather_json(sums, self.device)) if self.world > 1 else None
+        sums = step_sums(shaped, sel, scored, self.cfg.sampling.group_size, gather)
         if kept_rows == 0:
-            host.update(skip_record(sel))
-        host.update(
-            reward_mean=_finite_or_none(
-                shaped.task_reward_mean(sel.reward_mean, self.cfg.sampling.group_size)
-            ),
-            zero_var_frac=sel.zero_var_groups / sel.num_groups,
-            dropped_groups=float(sel.dropped_groups),
-            unusable_groups=float(sel.unusable_groups),
-            skipped_groups=float(sel.skipped_groups),
-            groups=float(sel.num_groups),
-            completions=float(n_rows),
-            reward_ok_frac=sum(s == "ok" for s in scored.statuses) / n_rows,
-            truncated_frac=float(shaped.truncated.float().mean()),
-            kl_reward_penalty=float(shaped.kl_penalty.mean()),
-        )
-        if parts := component_means(scored.components):  # rank-local, as reward_ok_frac
-            host["reward_components"] = parts
-        host.update({f"scorer_{k}": float(v) for k, v in scored.stats.items() if not k.startswith("env_")})
-        host.update(episode_figures(scored.stats))  # the env_ stats as means
+            host.update(skip_record(sums))
+        host.update(step_figures(sums))  # over every rank's rows
         if rows is not None:
             host["rollouts"] = rows
         return host
@@ -394,7 +378,3 @@ class Trainer:
         self.sft_steps = int(state["counters"]["sft_steps"])
         self.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None  # no usable reward: none, not nan

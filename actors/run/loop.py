@@ -229,12 +229,9 @@ class WorkerLoop:
 
     def reward_failure(self, step: int, metrics: dict[str, Any]) -> str | None:
         """Whether the step's rewards, over every rank's items, fail the run (`failure_policy`):
-        the same answer on every rank (a collective), with rank 0's first reasons."""
-        mine = BatchCounts.of_stats(metrics, prefix="scorer_")
-        summed = reduce_on(
-            torch.tensor([mine.items, mine.errors, mine.timeouts], dtype=torch.float64), self.device
-        )
-        counts = BatchCounts(*(round(x) for x in summed.tolist()))
+        the record's pool counts are the step's over every rank, so every rank gives the same
+        answer; the reasons are this rank's first ones."""
+        counts = BatchCounts.of_stats(metrics, prefix="scorer_")
         problem = error_rate_problem(counts, self.spec.pool.error_rate_threshold)
         if problem is None:
             return None

@@ -1,4 +1,5 @@
-"""Data parallelism: 2 gloo ranks x half the pairs make the same update as 1 process x all pairs."""
+"""Data parallelism: 2 gloo ranks x half the pairs make the same update, and report the same step
+figures, as 1 process x all pairs."""
 
 import pytest
 import torch
@@ -80,7 +81,17 @@ def _run(rank: int, world: int, out: str) -> None:
     per = len(rollouts) // world
     mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
     flat = [v for vs in values[mine] for v in vs]
-    scored = Rewards(values=flat, usable=[True] * len(flat), statuses=["ok"] * len(flat))
+    statuses = ["ok"] * len(flat)
+    if rank == world - 1:
+        statuses[-1] = "error"  # the step's last group is unusable: dropped, not in reward_mean
+    usable = [s == "ok" for s in statuses]
+    scored = Rewards(
+        values=flat,
+        usable=usable,
+        statuses=statuses,
+        stats={"reward_items": float(len(flat)), "reward_errors": float(statuses.count("error"))},
+        components={"letters": (sum(v for v, u in zip(flat, usable, strict=True) if u), float(sum(usable)))},
+    )
     grpo = trainer.grpo_update(rollouts[mine], scored)
     if rank == 0:
         torch.save({"sft_grads": sft_grads, "grpo_grads": _grads(trainer), "sft": sft, "grpo": grpo}, out)
@@ -100,3 +111,29 @@ def test_two_ranks_match_one_process(tmp_path):
         for name, g in a[phase].items():
             torch.testing.assert_close(b[phase][name], g, rtol=1e-4, atol=1e-7, msg=f"{phase} {name}")
         assert sum(g.abs().sum() for g in a[phase].values()) > 0
+    # The record's reward figures describe the whole step on any number of ranks, as the loss does.
+    one, two = a["grpo"], b["grpo"]
+    assert (one["groups"], one["completions"], one["unusable_groups"], one["scorer_reward_items"]) == (
+        8,
+        32,
+        1,
+        32,
+    )
+    assert 0 < one["reward_mean"] < 1 and one["reward_ok_frac"] == 31 / 32
+    for key in STEP_FIGURES:
+        assert two[key] == pytest.approx(one[key], rel=1e-6), key
+
+
+STEP_FIGURES = (
+    "reward_mean",
+    "groups",
+    "completions",
+    "unusable_groups",
+    "dropped_groups",
+    "zero_var_frac",
+    "reward_ok_frac",
+    "truncated_frac",
+    "reward_components",
+    "scorer_reward_items",
+    "scorer_reward_errors",
+)

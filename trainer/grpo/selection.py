@@ -8,7 +8,7 @@ groups only (an unusable reward never leaks into a mean or a std).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -124,14 +124,16 @@ def select_groups(
 NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
 
 
-def skip_record(sel: GroupSelection) -> dict[str, Any]:
+def skip_record(sums: Mapping[str, float]) -> dict[str, Any]:
     """The record of a GRPO step whose groups were all dropped: `skipped` with the reason, and the
-    update's figures absent (None), never a loss or KL of 0."""
-    failed = f"{sel.unusable_groups} with a failed reward" if sel.unusable_groups else ""
-    equal = f"{sel.zero_var_groups} with equal rewards" if sel.zero_var_groups else ""
-    why = "; ".join(p for p in (failed, equal) if p) or "none kept"
+    update's figures absent (None), never a loss or KL of 0. sums: the step's group counts over
+    every rank (`trainer.grpo.step_figures.step_sums`)."""
+    unusable, equal = int(sums["unusable_groups"]), int(sums["zero_var_groups"])
+    failed = f"{unusable} with a failed reward" if unusable else ""
+    same = f"{equal} with equal rewards" if equal else ""
+    why = "; ".join(p for p in (failed, same) if p) or "none kept"
     return {
         **dict.fromkeys(NO_UPDATE_KEYS),
         "skipped": 1.0,
-        "skip_reason": f"no update: all {sel.num_groups} groups dropped ({why})",
+        "skip_reason": f"no update: all {int(sums['groups'])} groups dropped ({why})",
     }

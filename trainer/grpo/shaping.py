@@ -59,15 +59,6 @@ class Shaped:
         self.kl_penalty = kl_penalty  # [N] float64, beta * summed KL (0 unless kl_placement='reward')
         self.delta = delta  # [N] float64, what shaping added to each reward
 
-    def task_reward_mean(self, shaped_mean: float, group_size: int) -> float:
-        """The mean of the task's own rewards, given the mean of the shaped ones over usable groups."""
-        if not bool(self.delta.any()):
-            return shaped_mean
-        usable = (
-            torch.tensor(self.rewards.usable).view(-1, group_size).all(dim=1).repeat_interleave(group_size)
-        )
-        return shaped_mean - float(self.delta[usable].mean()) if bool(usable.any()) else shaped_mean
-
 
 def shape_rewards(
     cfg: GRPOConfig,
