@@ -93,6 +93,12 @@ STEP_METRICS: tuple[Metric, ...] = (
         export=True,
         tag="component",
     ),
+    _m(
+        "reward_metrics",
+        "train",
+        "{name: mean} of what TRL-style rewards logged with log_metric(name, value) during the step, "
+        "over the calls that logged the name",
+    ),
     _m("turns_mean", "train", "environment tasks: mean actions per episode", export=True),
     _m(
         "success_rate",

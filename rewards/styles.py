@@ -202,17 +202,46 @@ def _verl_params(signature: inspect.Signature, name: str) -> RewardParams:
     )
 
 
+def _finite_number(value: Any) -> bool:
+    """A finite real number: a Python or numpy number, or a one-element array or tensor."""
+    if hasattr(value, "item") and not isinstance(value, numbers.Real):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return False
+    return isinstance(value, numbers.Real) and math.isfinite(float(value))
+
+
 class RewardLog:
     """What rewards logged in this process: TRL's `log_extra` / `log_metric` calls and the other
-    numeric keys of verl's dict results, counted by key, with the last value of each."""
+    numeric keys of verl's dict results, counted by key, with the last value of each.
+
+    `log_metric(name, value)` values are also summed by name (`metrics`: name -> (sum, count)) until
+    `take_metrics` hands them on: a step reports each name's mean over the calls that logged it
+    (`reward_metrics`), as TRL logs the mean of what its rewards logged between two log lines.
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.last: dict[str, Any] = {}
+        self.metrics: dict[str, tuple[float, float]] = {}
 
     def record(self, key: str, value: Any) -> None:
         self.counts[key] += 1
         self.last[key] = value
+
+    def add_metric(self, name: str, value: Any) -> None:
+        """One `log_metric` value; a name that is not text, or a value that is not a finite number,
+        is only counted (TRL would fail to log it later)."""
+        if isinstance(name, str) and _finite_number(value):
+            number = float(value.item() if hasattr(value, "item") else value)
+            total, count = self.metrics.get(name, (0.0, 0.0))
+            self.metrics[name] = (total + number, count + 1.0)
+
+    def take_metrics(self) -> dict[str, tuple[float, float]]:
+        """The `log_metric` sums since the last take, and forget them."""
+        taken, self.metrics = self.metrics, {}
+        return taken
 
     def trl_callables(self, name: str) -> tuple[Callable[..., None], Callable[..., None]]:
         """(log_extra, log_metric) as TRL gives them to a reward function."""
@@ -222,6 +251,7 @@ class RewardLog:
 
         def log_metric(metric: str, value: float) -> None:
             self.record(f"{name}/log_metric/{metric}", value)
+            self.add_metric(metric, value)
 
         return log_extra, log_metric
 

@@ -38,6 +38,7 @@ class EncodedResults:
     worker_rss_mb: float | None = None  # its resident memory after the call
     output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
     output_bytes: int = 0  # every byte they printed, kept or not
+    logged: dict[str, tuple[float, float]] = field(default_factory=dict)  # log_metric: name -> (sum, count)
 
     def __len__(self) -> int:
         return int(self.totals.shape[0])
@@ -130,6 +131,13 @@ def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, f
                 has = block.present[:, j]
                 out[name] = (total + float(block.components[has, j].sum()), count + float(has.sum()))
     return out
+
+
+def logged_metrics(scorer: object) -> dict[str, tuple[float, float]]:
+    """What the scorer's TRL-style rewards logged with `log_metric` since the last call, taken
+    (`rewards.styles.RewardLog.take_metrics`); nothing for a scorer without a log."""
+    log = getattr(scorer, "reward_log", None)
+    return log.take_metrics() if log is not None else {}
 
 
 def count_status(enc: EncodedResults, status: str) -> int:

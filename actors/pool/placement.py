@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from actors.pool.codec import component_sums, encode, reported_components
+from actors.pool.codec import component_sums, encode, logged_metrics, reported_components
 from actors.pool.daemon_threads import DaemonThreads
 from actors.pool.failure_policy import check_error_rate, failure_reasons
 from actors.pool.reward_pool import RewardPool
@@ -102,7 +102,8 @@ class PlacedRewards:
         if results and self.pool.enforce_error_rate:  # the pool's guard, inline as on the pool
             check_error_rate([block], stats, self.pool.cfg.error_rate_threshold)
         usable = [s in USABLE_STATUSES for s in statuses]
-        return Rewards([r.total for r in results], usable, statuses, stats, component_sums([block]))
+        sums = component_sums([block])
+        return Rewards([r.total for r in results], usable, statuses, stats, sums, logged_metrics(self.scorer))
 
     def collect(self, tickets: Sequence[Any], timeout_s: float | None = None) -> Rewards:
         """Every ticket's rewards in ticket order, from the pool or scored in process at submit."""
@@ -115,10 +116,12 @@ class PlacedRewards:
         for t in tickets:
             if isinstance(t, Ticket):
                 first = offset == 0  # the pool's figures once (they add up)
-                stats, sums = (pooled.stats, pooled.components) if first else ({}, {})
+                stats, sums, logged = (
+                    (pooled.stats, pooled.components, pooled.logged) if first else ({}, {}, {})
+                )
                 cut = slice(offset, offset + t.size)
                 parts.append(
-                    Rewards(pooled.values[cut], pooled.usable[cut], pooled.statuses[cut], stats, sums)
+                    Rewards(pooled.values[cut], pooled.usable[cut], pooled.statuses[cut], stats, sums, logged)
                 )
                 offset += t.size
             else:

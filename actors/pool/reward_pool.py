@@ -36,7 +36,7 @@ from actors.pool.work import Chunk, Ticket, plan_chunks, runs_of
 from actors.pool.worker import RewardWorker, is_scorer
 from actors.pool.worker_slot import WorkerSlot, WorkerState
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, RewardConfig, Scorer, ScoreResult, build_scorer
-from trainer.grpo.reward_source import Rewards
+from trainer.grpo.reward_source import Rewards, add_component_sums
 
 _pool_ids = itertools.count()
 # Just below Ray's inline limit for call arguments (100 KiB): larger ones Ray would put in the store.
@@ -228,6 +228,7 @@ class RewardPool:
             statuses=statuses,
             stats=stats,
             components=component_sums(blocks),
+            logged=add_component_sums(b.logged for b in blocks),
         )
 
     def collect_results(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.pool.codec import EncodedResults, encode, failed_block, reported_components
+from actors.pool.codec import EncodedResults, encode, failed_block, logged_metrics, reported_components
 from actors.pool.waiting import WaitingRunner
 from actors.pool.worker_watch import capture_output, rss_mb
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
@@ -80,7 +80,11 @@ class RewardWorker:
         self._cpu_s += time.thread_time() - began_cpu
         self._items_scored += hi - lo
         return dataclasses.replace(
-            encoded, worker_rss_mb=rss_mb(), output=output.text(), output_bytes=output.written
+            encoded,
+            worker_rss_mb=rss_mb(),
+            output=output.text(),
+            output_bytes=output.written,
+            logged=logged_metrics(self._scorer),
         )
 
     def ping(self) -> int:

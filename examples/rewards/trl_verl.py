@@ -5,7 +5,7 @@
 
 TRL style (one call per batch, lists in, a list of floats out):
 - `reverse_reward(completions, **kwargs)`: 1.0 when a completion is its prompt reversed, else the
-  share of its characters in the right place.
+  share of its characters in the right place; logs the share reversed exactly through `log_metric`.
 - `judged_reward(completions, prompts, **kwargs)`: None (not scored) for a prompt that starts with
   "?", else the length-capped share `len(completion) / 10`; logs a metric through `log_metric`.
 - `needs_solution(completions, solution, **kwargs)`: 1.0 when a completion equals the row's
@@ -44,7 +44,10 @@ def _reverse_score(completion: str, prompt: str) -> float:
 
 def reverse_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     prompts = kwargs["prompts"]
-    return [_reverse_score(_text(c), _prompt_text(p)) for c, p in zip(completions, prompts, strict=True)]
+    scores = [_reverse_score(_text(c), _prompt_text(p)) for c, p in zip(completions, prompts, strict=True)]
+    if "log_metric" in kwargs:  # a step reports the mean of what its calls logged (reward_metrics)
+        kwargs["log_metric"]("reversed_exactly", sum(s == 1.0 for s in scores) / max(len(scores), 1))
+    return scores
 
 
 async def async_reverse_reward(completions: list[Any], **kwargs: Any) -> list[float]:

@@ -68,6 +68,23 @@ def test_one_call_per_batch_with_lists_as_trl_gives_them():
     assert [r.total for r in got] == [0.0, 1.0, 2.0, 3.0] and statuses(got) == [OK] * 4
     assert seen == [(["c0", "c1", "c2", "c3"], ["p0", "p0", "p1", "p1"], None, [0, 1, 2, 3], ["b", "target"])]
     assert s.reward_log.counts == {"spy/log_extra/a": 1, "spy/log_metric/batch": 1}
+    assert s.reward_log.take_metrics() == {"batch": (4.0, 1.0)}  # summed until taken, then gone
+    assert s.reward_log.take_metrics() == {}
+
+
+def test_log_metric_keeps_finite_numbers_by_name():
+    import numpy as np
+    import torch
+
+    from rewards.styles import RewardLog
+
+    log = RewardLog()
+    _, log_metric = log.trl_callables("fn")
+    for value in (1, np.float32(0.5), torch.tensor(2.5), True, float("nan"), "high", [1.0]):
+        log_metric("m", value)
+    log_metric(3, 1.0)  # a name that is not text: counted, not reported
+    assert log.take_metrics() == {"m": (5.0, 4.0)}
+    assert log.counts["fn/log_metric/m"] == 7
 
 
 def test_none_marks_an_item_skipped_never_a_zero():

@@ -43,6 +43,8 @@ def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
     run_dir = run_text_task(tmp_path, "examples.rewards.trl_verl:reverse_reward")
     grpo = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["phase"] == "grpo"]
     assert grpo and all(0.0 <= m["reward_mean"] <= 1.0 for m in grpo)
+    # what the reward logged with TRL's log_metric, as the step's mean over its calls
+    assert all(0.0 <= m["reward_metrics"]["reversed_exactly"] <= 1.0 for m in grpo)
     evals = read_jsonl(run_dir / "eval.jsonl")
     assert evals and all(e["valid_rate"] == 1.0 for e in evals)  # every item scored by the TRL call
 

@@ -28,6 +28,8 @@ class Rewards:
     # The scorer's named components (a chess reward's validity, each user reward): name ->
     # (sum, count) over the items that have it. Additive, like `stats`; see `component_means`.
     components: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # What TRL-style rewards logged with `log_metric`: name -> (sum, count) over their calls.
+    logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (len(self.values) == len(self.usable) == len(self.statuses)):
@@ -45,6 +47,7 @@ class Rewards:
             statuses=[s for p in parts for s in p.statuses],
             stats=stats,
             components=add_component_sums(p.components for p in parts),
+            logged=add_component_sums(p.logged for p in parts),
         )
 
 

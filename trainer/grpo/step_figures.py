@@ -1,9 +1,10 @@
 """What a GRPO step's record says about its rewards, over every rank's rows.
 
 Under data parallelism each rank holds a share of the step's groups. The record's reward figures
-(reward_mean, reward_ok_frac, the group counts, reward_components, the pool's counts, the
-episodes' figures) describe the whole step, as the loss does: each rank adds up sums over its
-rows, the ranks exchange them once, and every rank turns the same totals into the same means.
+(reward_mean, reward_ok_frac, the group counts, reward_components, reward_metrics, the pool's
+counts, the episodes' figures) describe the whole step, as the loss does: each rank adds up sums
+over its rows, the ranks exchange them once, and every rank turns the same totals into the same
+means.
 At world size 1 nothing is exchanged.
 """
 
@@ -20,6 +21,7 @@ from trainer.grpo.selection import GroupSelection
 from trainer.grpo.shaping import Shaped
 
 _PART_SUM, _PART_COUNT, _STAT = "part_sum/", "part_count/", "stat/"
+_LOGGED_SUM, _LOGGED_COUNT = "logged_sum/", "logged_count/"
 
 # How the pool's and the episodes' stats (`Rewards.stats`) combine over ranks. Counts of items are
 # summed; time blocked is the slowest rank's (the ranks wait side by side); a worker restart is seen
@@ -53,8 +55,16 @@ def rank_sums(shaped: Shaped, sel: GroupSelection, scored: Rewards, group_size: 
     }
     for name, (total, count) in scored.components.items():
         sums[_PART_SUM + name], sums[_PART_COUNT + name] = float(total), float(count)
+    for name, (total, count) in scored.logged.items():
+        sums[_LOGGED_SUM + name], sums[_LOGGED_COUNT + name] = float(total), float(count)
     sums.update({_STAT + k: float(v) for k, v in scored.stats.items()})
     return sums
+
+
+def _means(sums: Mapping[str, float], sum_prefix: str, count_prefix: str) -> dict[str, float]:
+    """{name: sum / count} of the names counted under the prefixes (a name never counted is left out)."""
+    names = [k.removeprefix(count_prefix) for k in sums if k.startswith(count_prefix)]
+    return component_means({n: (sums[sum_prefix + n], sums[count_prefix + n]) for n in names})
 
 
 def combined(per_rank: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -89,9 +99,10 @@ def step_figures(sums: Mapping[str, float]) -> dict[str, Any]:
         "truncated_frac": sums["truncated"] / rows,
         "kl_reward_penalty": sums["kl_penalty"] / rows,
     }
-    counted = [k.removeprefix(_PART_COUNT) for k in sums if k.startswith(_PART_COUNT)]
-    if parts := component_means({n: (sums[_PART_SUM + n], sums[_PART_COUNT + n]) for n in counted}):
+    if parts := _means(sums, _PART_SUM, _PART_COUNT):
         figures["reward_components"] = parts
+    if logged := _means(sums, _LOGGED_SUM, _LOGGED_COUNT):
+        figures["reward_metrics"] = logged  # TRL-style rewards' log_metric values
     stats = {k.removeprefix(_STAT): v for k, v in sums.items() if k.startswith(_STAT)}
     figures.update({f"scorer_{k}": v for k, v in stats.items() if not k.startswith("env_")})
     figures.update(episode_figures(stats))  # the env_ stats as means

@@ -11,7 +11,7 @@ import pytest
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
-from rewards import TIMEOUT, RewardConfig, Scorer
+from rewards import TIMEOUT, RewardConfig, Scorer, UserRewardScorer
 from rewards.config import UserRewardSpec
 from service.bench.pool_workload import realistic_batch
 from trainer.grpo.reward_source import component_means
@@ -80,3 +80,19 @@ def test_a_reward_that_overruns_in_process_hands_over_to_the_pool():
         again = placed.collect([placed.submit([fen] * 4, [fen] * 4)])
         assert again.statuses == ["ok"] * 4 and again.stats["placement_inline"] == 0.0
         placed.shutdown()
+
+
+def test_what_a_trl_reward_logs_reaches_the_step_on_the_pool_and_in_process():
+    reward = RewardConfig(user=[UserRewardSpec(fn="examples.rewards.trl_verl:reverse_reward")])
+    scorer = UserRewardScorer(reward)  # no target: the text task's scorer
+    completions, rows = ["ba", "bx", "dc", "dc"], [{"prompt": p} for p in ("ab", "ab", "cd", "cd")]
+    with RewardPool.create(scorer, _cfg(chunk_size=2, min_chunk_size=2), run_id="place-logged") as pool:
+        for where in ("pool", "inline"):
+            placed = PlacedRewards(pool, scorer, where, log=lambda line: None)
+            tickets = [
+                placed.submit(completions[i : i + 2], [None] * 2, fields=rows[i : i + 2]) for i in (0, 2)
+            ]
+            step = placed.collect(tickets)
+            assert step.statuses == ["ok"] * 4, where
+            # two calls of two items (3 of 4 reversed exactly), whichever side scored them
+            assert step.logged == {"reversed_exactly": (1.5, 2.0)}, where

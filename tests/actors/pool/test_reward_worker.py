@@ -50,3 +50,15 @@ def test_a_payload_with_fields_hands_each_item_its_row():
     out = decode(worker.score_chunk((completions, [None] * 6, rows), 1, 5))
     assert [r.total for r in out] == [1.0, 0.0, 1.0, 0.0]
     assert out == scorer.score_batch(completions[1:5], [None] * 4, rows[1:5])
+
+
+def test_what_a_trl_reward_logs_travels_with_its_chunk_once():
+    scorer = UserRewardScorer(
+        RewardConfig(user=[UserRewardSpec(fn="examples.rewards.trl_verl:reverse_reward")])
+    )
+    rows = [{"prompt": p} for p in ("ab", "ab", "cd", "cd")]
+    worker = RewardWorker(scorer)
+    first = worker.score_chunk((["ba", "bx", "dc", "dc"], [None] * 4, rows), 0, 2)
+    second = worker.score_chunk((["ba", "bx", "dc", "dc"], [None] * 4, rows), 2, 4)
+    assert first.logged == {"reversed_exactly": (0.5, 1.0)}  # one call: 1 of 2 reversed exactly
+    assert second.logged == {"reversed_exactly": (1.0, 1.0)}  # the next chunk's alone
