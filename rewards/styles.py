@@ -256,6 +256,13 @@ class RewardLog:
         return log_extra, log_metric
 
 
+def take_logged_metrics(scorer: object) -> dict[str, tuple[float, float]]:
+    """What a scorer's TRL-style rewards logged with `log_metric` since the last take, taken
+    (`RewardLog.take_metrics`); nothing for a scorer without a log (an environment host)."""
+    log = getattr(scorer, "reward_log", None)
+    return log.take_metrics() if isinstance(log, RewardLog) else {}
+
+
 def _is_messages(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
 

@@ -107,6 +107,7 @@ def report(cfg: ServiceConfig, trial: TrialResult, n: int) -> list[str]:
     ]
     lines += [f"  error x{count}: {reason[:120]}" for reason, count in trial.errors.most_common(3)]
     lines += component_lines(trial)
+    lines += value_lines("log_metric:", trial.logged, "calls")  # a run reports their means, reward_metrics
     counts = BatchCounts.of_statuses(trial.statuses.elements())
     k = cfg.sampling.group_size
     lines.append(

@@ -133,13 +133,6 @@ def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, f
     return out
 
 
-def logged_metrics(scorer: object) -> dict[str, tuple[float, float]]:
-    """What the scorer's TRL-style rewards logged with `log_metric` since the last call, taken
-    (`rewards.styles.RewardLog.take_metrics`); nothing for a scorer without a log."""
-    log = getattr(scorer, "reward_log", None)
-    return log.take_metrics() if log is not None else {}
-
-
 def count_status(enc: EncodedResults, status: str) -> int:
     """Items of `enc` with `status`."""
     if status not in enc.status_names:

@@ -27,12 +27,13 @@ from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from actors.pool.codec import component_sums, encode, logged_metrics, reported_components
+from actors.pool.codec import component_sums, encode, reported_components
 from actors.pool.daemon_threads import DaemonThreads
 from actors.pool.failure_policy import check_error_rate, failure_reasons
 from actors.pool.reward_pool import RewardPool
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
+from rewards.styles import take_logged_metrics
 from trainer.grpo.reward_source import Rewards
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,9 @@ class PlacedRewards:
             check_error_rate([block], stats, self.pool.cfg.error_rate_threshold)
         usable = [s in USABLE_STATUSES for s in statuses]
         sums = component_sums([block])
-        return Rewards([r.total for r in results], usable, statuses, stats, sums, logged_metrics(self.scorer))
+        return Rewards(
+            [r.total for r in results], usable, statuses, stats, sums, take_logged_metrics(self.scorer)
+        )
 
     def collect(self, tickets: Sequence[Any], timeout_s: float | None = None) -> Rewards:
         """Every ticket's rewards in ticket order, from the pool or scored in process at submit."""

@@ -15,10 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.pool.codec import EncodedResults, encode, failed_block, logged_metrics, reported_components
+from actors.pool.codec import EncodedResults, encode, failed_block, reported_components
 from actors.pool.waiting import WaitingRunner
 from actors.pool.worker_watch import capture_output, rss_mb
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
+from rewards.styles import take_logged_metrics
 
 # (completions, targets) of one chunk, or (completions, targets, fields) when its items carry data
 # fields, as the pool sends it.
@@ -84,7 +85,7 @@ class RewardWorker:
             worker_rss_mb=rss_mb(),
             output=output.text(),
             output_bytes=output.written,
-            logged=logged_metrics(self._scorer),
+            logged=take_logged_metrics(self._scorer),
         )
 
     def ping(self) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from actors.pool.worker_watch import capture_output
 from rewards import Scorer, ScoreResult
 from rewards.result import ERROR
-from rewards.styles import TOKEN_IDS
+from rewards.styles import TOKEN_IDS, take_logged_metrics
 from rewards.user_reward import is_reported
 
 
@@ -66,6 +66,8 @@ class TrialResult:
     output_bytes: int = 0  # every byte they printed
     # The scorer's named components (`Scorer.component_names`): name -> its values, one per item that has it.
     components: dict[str, list[float]] = field(default_factory=dict)
+    # What TRL-style rewards logged with log_metric: name -> the mean each scored item's call logged.
+    logged: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def scored(self) -> int:
@@ -127,6 +129,7 @@ def _trial(
     result.components = {name: [] for name in named}
     if warm_up and items and _score_with_deadline(scorer, items[0], deadline_s) is None:
         return result.stopped_at(0, items[0], deadline_s)
+    take_logged_metrics(scorer)  # the warm-up's
     for index, item in enumerate(items):
         outcomes = []
         for _ in range(repeats):
@@ -134,6 +137,10 @@ def _trial(
             if done is None:
                 return result.stopped_at(index, item, deadline_s)
             outcome, cost = done
+            logged = take_logged_metrics(scorer)
+            if not outcomes:
+                for name, (total, count) in logged.items():
+                    result.logged.setdefault(name, []).append(total / count)
             outcomes.append(outcome)
             result.costs_s.append(cost)
         first = outcomes[0]

@@ -71,6 +71,8 @@ def test_a_trl_reward_returning_none_gives_skipped_items_counted(tmp_path, capsy
     path = write_jsonl(tmp_path / "train.jsonl", rows)
     code, out, err = run_check(capsys, sets(path, f"{EX}:judged_reward"))
     assert "skipped " in out and "ok " in out, out + err
+    # what it logged with log_metric, per call (one item each here), as a run reports it
+    assert "log_metric:   judged mean 1 in [1, 1] (8 calls)" in out, out
 
 
 def test_the_pairs_carry_the_prompt_for_a_trl_reward(tmp_path):
