@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from rewards.result import TIMEOUT, ScoreResult
+from rewards.reward_log import place_extras
 from rewards.scorer import Scorer
 from rewards.user_reward import Fields, UserReward, UserRewardError
 
@@ -79,10 +80,12 @@ async def _batch_values(
     cleaned = [scorer._clean(completions[i]) for i in index]
     picked = ([targets[i] for i in index], [rows[i] for i in index])
 
+    extras_of: dict[str, dict[str, list[Any]]] = {}  # each call's log_extra columns, by reward
+
     async def call(user: UserReward) -> list[Any] | None:
         n = len(index)
         try:
-            fn, kwargs = scorer.trl_call(user, cleaned, *picked)
+            fn, kwargs, extras_of[user.name] = scorer.trl_call(user, cleaned, *picked)
             if user.is_async:
                 raw = await asyncio.wait_for(fn(**kwargs), timeout_s)
             elif user.threads:
@@ -106,6 +109,8 @@ async def _batch_values(
                 done[i] = None
             elif row is not None:
                 row[user.name] = values[k]
+        if values is not None:
+            place_extras(done, index, extras_of.get(user.name, {}))
     return done
 
 

@@ -18,10 +18,10 @@ from typing import Any
 from rewards.config import BUILTIN_COMPONENTS, RewardConfig
 from rewards.fen import fen_validity, similarity
 from rewards.result import BAD_INPUT, ERROR, OK, SKIPPED, TOO_LONG, ScoreResult
+from rewards.reward_log import EXTRA_KEY, LOG_EXTRA, RewardLog, place_extras
 from rewards.signature import RewardParams
 from rewards.styles import (
     VERL,
-    RewardLog,
     takes_token_ids,
     trl_kwargs,
     trl_list,
@@ -108,7 +108,7 @@ class Scorer:
         """One user reward's checked value for one item (an `async def` one runs to completion here;
         a TRL-style one is called with lists of one item)."""
         if user.batched:
-            value = self.trl_values(user, [completion], [target], [fields])[0]
+            value = self.trl_values(user, [completion], [target], [fields])[0][0]
             if isinstance(value, UserRewardError):
                 raise value
             return value
@@ -158,15 +158,17 @@ class Scorer:
 
     def trl_call(
         self, user: UserReward, completions: list[str], targets: list[Any], rows: list[Fields]
-    ) -> tuple[Callable[..., Any], dict[str, Any]]:
-        """The callable and keyword arguments of one TRL-style call (UserRewardError: a column lacks)."""
+    ) -> tuple[Callable[..., Any], dict[str, Any], dict[str, list[Any]]]:
+        """The callable and keyword arguments of one TRL-style call (UserRewardError: a column
+        lacks), and where the call's `log_extra` columns will be."""
+        extras: dict[str, list[Any]] = {}
         try:
-            kwargs = trl_kwargs(user.params, completions, targets, rows, self.reward_log, user.name)
+            kwargs = trl_kwargs(user.params, completions, targets, rows, self.reward_log, user.name, extras)
         except KeyError as exc:
             raise UserRewardError(
                 f"user reward {user.name!r} needs {exc.args[0]!r}, which an item of this call lacks"
             ) from None
-        return self.reward_callable(user), kwargs
+        return self.reward_callable(user), kwargs, extras
 
     def trl_checked(self, user: UserReward, raw: Any, n: int) -> list[float | UserRewardError]:
         """Per item: the float, RewardSkipped for None; every item's UserRewardError for a bad list."""
@@ -183,20 +185,21 @@ class Scorer:
 
     def trl_values(
         self, user: UserReward, completions: list[str], targets: list[Any], rows: list[Fields]
-    ) -> list[float | UserRewardError]:
-        """One TRL-style call over these (cleaned) items: each item's value or its UserRewardError."""
-        n = len(completions)
+    ) -> tuple[list[float | UserRewardError], dict[str, list[Any]]]:
+        """One TRL-style call over these (cleaned) items: each item's value or its UserRewardError,
+        and the call's `log_extra` columns."""
+        n, extras = len(completions), {}
         try:
-            fn, kwargs = self.trl_call(user, completions, targets, rows)
+            fn, kwargs, extras = self.trl_call(user, completions, targets, rows)
             raw = fn(**kwargs)
             if user.is_async:
                 raw = asyncio.run(raw)
         except UserRewardError as exc:
-            return [UserRewardError(str(exc)) for _ in range(n)]
+            return [UserRewardError(str(exc)) for _ in range(n)], extras
         except Exception as exc:
             why = f"user reward {user.name!r} raised {type(exc).__name__}: {exc}"
-            return [UserRewardError(why) for _ in range(n)]
-        return self.trl_checked(user, raw, n)
+            return [UserRewardError(why) for _ in range(n)], extras
+        return self.trl_checked(user, raw, n), extras
 
     def batch_done(
         self, completions: list[Any], targets: list[Any], rows: list[Fields]
@@ -209,9 +212,12 @@ class Scorer:
             return done
         cleaned = [self._clean(completions[i]) for i in index]
         for user in batched:
-            values = self.trl_values(user, cleaned, [targets[i] for i in index], [rows[i] for i in index])
+            values, extras = self.trl_values(
+                user, cleaned, [targets[i] for i in index], [rows[i] for i in index]
+            )
             for i, value in zip(index, values, strict=True):
                 done[i][user.name] = value
+            place_extras(done, index, extras)
         return done
 
     @property
@@ -318,7 +324,8 @@ class Scorer:
                 raise value
             components.update(part_components(user.name, value))
             total += user.weight * value
-        return ScoreResult(total, components, status)
+        extra = done.get(EXTRA_KEY)  # what TRL-style rewards logged for this item with log_extra
+        return ScoreResult(total, components, status, info={LOG_EXTRA: extra} if extra else None)
 
     def _builtin(
         self, c: str, target: str, fields: Fields, validity_fn: ValidityFn

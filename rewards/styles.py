@@ -13,8 +13,9 @@
   `[{"role": "assistant", "content": text}]` when the item's prompt is a list of chat messages
   (TRL's conversational data). It returns one float per item; None marks that item `skipped`; a
   list of the wrong length, a value that is not a finite number, or a raise marks every item of
-  the call `error`. `log_extra(column, values)` and `log_metric(name, value)` are recorded
-  (`RewardLog`). `completion_ids` are each completion's sampled token ids (up to and including
+  the call `error`. `log_extra(column, values)` values go to their items' results (`info`,
+  under LOG_EXTRA) and `log_metric(name, value)` values are summed by name (`RewardLog`), as a
+  step's records show them. `completion_ids` are each completion's sampled token ids (up to and including
   EOS, as TRL gives them): a run whose rewards take them sends them with every item, in the
   item's row under that name (TOKEN_IDS); other styles never see that field.
 - `verl`: once per item, `fn(data_source=..., solution_str=completion, ground_truth=target,
@@ -30,10 +31,10 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rewards.reward_log import RewardLog
 from rewards.signature import (
     COMPLETION,
     POSITIONAL,
@@ -202,67 +203,6 @@ def _verl_params(signature: inspect.Signature, name: str) -> RewardParams:
     )
 
 
-def _finite_number(value: Any) -> bool:
-    """A finite real number: a Python or numpy number, or a one-element array or tensor."""
-    if hasattr(value, "item") and not isinstance(value, numbers.Real):
-        try:
-            value = value.item()
-        except (TypeError, ValueError, RuntimeError):
-            return False
-    return isinstance(value, numbers.Real) and math.isfinite(float(value))
-
-
-class RewardLog:
-    """What rewards logged in this process: TRL's `log_extra` / `log_metric` calls and the other
-    numeric keys of verl's dict results, counted by key, with the last value of each.
-
-    `log_metric(name, value)` values are also summed by name (`metrics`: name -> (sum, count)) until
-    `take_metrics` hands them on: a step reports each name's mean over the calls that logged it
-    (`reward_metrics`), as TRL logs the mean of what its rewards logged between two log lines.
-    """
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.last: dict[str, Any] = {}
-        self.metrics: dict[str, tuple[float, float]] = {}
-
-    def record(self, key: str, value: Any) -> None:
-        self.counts[key] += 1
-        self.last[key] = value
-
-    def add_metric(self, name: str, value: Any) -> None:
-        """One `log_metric` value; a name that is not text, or a value that is not a finite number,
-        is only counted (TRL would fail to log it later)."""
-        if isinstance(name, str) and _finite_number(value):
-            number = float(value.item() if hasattr(value, "item") else value)
-            total, count = self.metrics.get(name, (0.0, 0.0))
-            self.metrics[name] = (total + number, count + 1.0)
-
-    def take_metrics(self) -> dict[str, tuple[float, float]]:
-        """The `log_metric` sums since the last take, and forget them."""
-        taken, self.metrics = self.metrics, {}
-        return taken
-
-    def trl_callables(self, name: str) -> tuple[Callable[..., None], Callable[..., None]]:
-        """(log_extra, log_metric) as TRL gives them to a reward function."""
-
-        def log_extra(column: str, values: Sequence[Any]) -> None:
-            self.record(f"{name}/log_extra/{column}", list(values))
-
-        def log_metric(metric: str, value: float) -> None:
-            self.record(f"{name}/log_metric/{metric}", value)
-            self.add_metric(metric, value)
-
-        return log_extra, log_metric
-
-
-def take_logged_metrics(scorer: object) -> dict[str, tuple[float, float]]:
-    """What a scorer's TRL-style rewards logged with `log_metric` since the last take, taken
-    (`RewardLog.take_metrics`); nothing for a scorer without a log (an environment host)."""
-    log = getattr(scorer, "reward_log", None)
-    return log.take_metrics() if isinstance(log, RewardLog) else {}
-
-
 def _is_messages(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
 
@@ -274,6 +214,7 @@ def trl_kwargs(
     rows: Sequence[Mapping[str, Any] | None],
     log: RewardLog,
     name: str,
+    extras: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of one TRL-style call over these items; KeyError naming a required
     column an item lacks."""
@@ -297,7 +238,7 @@ def trl_kwargs(
             raise KeyError(TOKEN_IDS)
     if "trainer_state" in given:
         kwargs["trainer_state"] = None
-    log_extra, log_metric = log.trl_callables(name)
+    log_extra, log_metric = log.trl_callables(name, extras)
     if "log_extra" in given:
         kwargs["log_extra"] = log_extra
     if "log_metric" in given:

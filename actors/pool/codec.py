@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from rewards import ScoreResult
+from rewards.reward_log import LOG_EXTRA
 from rewards.user_reward import is_reported
 
 
@@ -130,6 +132,22 @@ def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, f
                 total, count = out.get(name, (0.0, 0.0))
                 has = block.present[:, j]
                 out[name] = (total + float(block.components[has, j].sum()), count + float(has.sum()))
+    return out
+
+
+def logged_extras(results: Sequence[ScoreResult]) -> dict[int, dict[str, Any]]:
+    """Item index -> what TRL-style rewards logged for it with `log_extra` (`rewards.styles.LOG_EXTRA`
+    in its result's info), for the items that have some."""
+    return {i: r.info[LOG_EXTRA] for i, r in enumerate(results) if r.info and LOG_EXTRA in r.info}
+
+
+def block_extras(blocks: Sequence[EncodedResults]) -> dict[int, dict[str, Any]]:
+    """`logged_extras` of blocks laid end to end (indices over every block's items, in order)."""
+    out: dict[int, dict[str, Any]] = {}
+    offset = 0
+    for block in blocks:
+        out.update({offset + i: info[LOG_EXTRA] for i, info in block.infos.items() if LOG_EXTRA in info})
+        offset += len(block)
     return out
 
 

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from actors.pool.codec import component_sums, encode, reported_components
+from actors.pool.codec import component_sums, encode, logged_extras, reported_components
 from actors.pool.daemon_threads import DaemonThreads
 from actors.pool.failure_policy import check_error_rate, failure_reasons
 from actors.pool.reward_pool import RewardPool
 from actors.pool.work import Ticket
 from rewards import ERROR, TIMEOUT, USABLE_STATUSES, Scorer
-from rewards.styles import take_logged_metrics
+from rewards.reward_log import take_logged_metrics
 from trainer.grpo.reward_source import Rewards
 
 logger = logging.getLogger(__name__)
@@ -103,9 +103,9 @@ class PlacedRewards:
         if results and self.pool.enforce_error_rate:  # the pool's guard, inline as on the pool
             check_error_rate([block], stats, self.pool.cfg.error_rate_threshold)
         usable = [s in USABLE_STATUSES for s in statuses]
-        sums = component_sums([block])
+        sums, logged = component_sums([block]), take_logged_metrics(self.scorer)
         return Rewards(
-            [r.total for r in results], usable, statuses, stats, sums, take_logged_metrics(self.scorer)
+            [r.total for r in results], usable, statuses, stats, sums, logged, logged_extras(results)
         )
 
     def collect(self, tickets: Sequence[Any], timeout_s: float | None = None) -> Rewards:
@@ -118,14 +118,8 @@ class PlacedRewards:
         parts, offset = [], 0
         for t in tickets:
             if isinstance(t, Ticket):
-                first = offset == 0  # the pool's figures once (they add up)
-                stats, sums, logged = (
-                    (pooled.stats, pooled.components, pooled.logged) if first else ({}, {}, {})
-                )
-                cut = slice(offset, offset + t.size)
-                parts.append(
-                    Rewards(pooled.values[cut], pooled.usable[cut], pooled.statuses[cut], stats, sums, logged)
-                )
+                # the pool's additive figures go with its first slice (they add up)
+                parts.append(pooled.sliced(offset, offset + t.size, sums=offset == 0))
                 offset += t.size
             else:
                 parts.append(t)

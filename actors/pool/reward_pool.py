@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorAlreadyExistsError
 
-from actors.pool.codec import EncodedResults, component_sums, count_status, decode
+from actors.pool.codec import EncodedResults, block_extras, component_sums, count_status, decode
 from actors.pool.config import PoolConfig, item_timeout, worker_name
 from actors.pool.dispatcher import Dispatcher
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
@@ -229,6 +229,7 @@ class RewardPool:
             stats=stats,
             components=component_sums(blocks),
             logged=add_component_sums(b.logged for b in blocks),
+            extras=block_extras(blocks),
         )
 
     def collect_results(

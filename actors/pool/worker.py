@@ -19,7 +19,7 @@ from actors.pool.codec import EncodedResults, encode, failed_block, reported_com
 from actors.pool.waiting import WaitingRunner
 from actors.pool.worker_watch import capture_output, rss_mb
 from rewards import ERROR, RewardConfig, Scorer, build_scorer
-from rewards.styles import take_logged_metrics
+from rewards.reward_log import take_logged_metrics
 
 # (completions, targets) of one chunk, or (completions, targets, fields) when its items carry data
 # fields, as the pool sends it.

@@ -5,7 +5,8 @@
 
 TRL style (one call per batch, lists in, a list of floats out):
 - `reverse_reward(completions, **kwargs)`: 1.0 when a completion is its prompt reversed, else the
-  share of its characters in the right place; logs the share reversed exactly through `log_metric`.
+  share of its characters in the right place; logs the share reversed exactly through `log_metric`
+  and each completion's expected text through `log_extra`.
 - `judged_reward(completions, prompts, **kwargs)`: None (not scored) for a prompt that starts with
   "?", else the length-capped share `len(completion) / 10`; logs a metric through `log_metric`.
 - `needs_solution(completions, solution, **kwargs)`: 1.0 when a completion equals the row's
@@ -47,6 +48,8 @@ def reverse_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     scores = [_reverse_score(_text(c), _prompt_text(p)) for c, p in zip(completions, prompts, strict=True)]
     if "log_metric" in kwargs:  # a step reports the mean of what its calls logged (reward_metrics)
         kwargs["log_metric"]("reversed_exactly", sum(s == 1.0 for s in scores) / max(len(scores), 1))
+    if "log_extra" in kwargs:  # a column of the step's recorded completions (rollouts.jsonl)
+        kwargs["log_extra"]("expected", [_prompt_text(p)[::-1] for p in prompts])
     return scores
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.loggers.rollout_table import COLUMNS, ROLLOUT_TAG, table_rows
+from service.loggers.rollout_table import ROLLOUT_TAG, columns, table_rows
 from service.loggers.scalars import scalars
 
 
@@ -64,7 +64,7 @@ class WandbLogger:
         self._run.log(scalars(record, "eval"), step=int(record["step"]))
 
     def rollouts(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
-        table = self._wandb.Table(columns=list(COLUMNS), data=table_rows(rows))
+        table = self._wandb.Table(columns=columns(rows), data=table_rows(rows))
         self._run.log({ROLLOUT_TAG: table}, step=step)
 
     def finish(self, summary: Mapping[str, Any]) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 from actors.pool.worker_watch import capture_output
 from rewards import Scorer, ScoreResult
 from rewards.result import ERROR
-from rewards.styles import TOKEN_IDS, take_logged_metrics
+from rewards.reward_log import take_logged_metrics
+from rewards.styles import TOKEN_IDS
 from rewards.user_reward import is_reported
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
 from rewards import ERROR, OK, SKIPPED, TIMEOUT, RewardConfig, RewardSpecError, UserRewardScorer
 from rewards.concurrent import score_batch_concurrent
@@ -70,13 +71,49 @@ def test_one_call_per_batch_with_lists_as_trl_gives_them():
     assert s.reward_log.counts == {"spy/log_extra/a": 1, "spy/log_metric/batch": 1}
     assert s.reward_log.take_metrics() == {"batch": (4.0, 1.0)}  # summed until taken, then gone
     assert s.reward_log.take_metrics() == {}
+    assert [r.info for r in got] == [{"log_extra": {"a": i}} for i in range(4)]  # each item its own
+
+
+def _logging_extras(completions, log_extra, **kwargs):
+    log_extra("length", [len(c) for c in completions])
+    log_extra("short", ["x"])  # not one value per item: cannot be aligned, left out
+    log_extra("odd", [object, float("inf"), torch.tensor(2), "t" * 2000][: len(completions)])
+    return [1.0] * len(completions)
+
+
+async def _logging_extras_async(completions, log_extra, **kwargs):
+    return _logging_extras(completions, log_extra)
+
+
+@pytest.mark.parametrize("fn", [_logging_extras, _logging_extras_async])
+def test_log_extra_values_reach_the_items_they_were_logged_for(fn):
+    from rewards import register_reward, unregister_reward
+
+    register_reward("extras", fn, replace=True)
+    try:
+        s = scorer("extras")
+        completions = ["ab", 7, "abcd", "a"]  # the second is bad input: the call never sees it
+        if fn is _logging_extras:
+            got = s.score_batch(completions, [None] * 4)
+        else:
+            got = asyncio.run(
+                score_batch_concurrent(s, completions, [None] * 4, None, concurrency=2, item_timeout_s=5)
+            )
+    finally:
+        unregister_reward("extras")
+    assert [r.status for r in got] == [OK, "bad_input", OK, OK]
+    infos = [r.info for r in got]
+    assert infos[1] is None
+    assert infos[0] == {"log_extra": {"length": 2, "odd": str(object)}}
+    assert infos[2] == {"log_extra": {"length": 4, "odd": None}}  # not finite: null
+    assert infos[3]["log_extra"]["length"] == 1 and infos[3]["log_extra"]["odd"] == 2  # a tensor's number
 
 
 def test_log_metric_keeps_finite_numbers_by_name():
     import numpy as np
     import torch
 
-    from rewards.styles import RewardLog
+    from rewards.reward_log import RewardLog
 
     log = RewardLog()
     _, log_metric = log.trl_callables("fn")

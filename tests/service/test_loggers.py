@@ -28,7 +28,8 @@ def _step_record(step: int) -> dict:
         record.update(reward_mean=0.1 * step, kl=0.01 * step, entropy=math.nan, sample_s=0.2, ref_s=0.05,
                       update_s=0.2, reward_wait_s=0.001, scorer_reward_timeouts=1.0, pool_workers_alive=2.0,
                       a_metric_nobody_listed=3.0,
-                      reward_components={"validity": 0.5, "mymod:format": 0.25})  # fmt: skip
+                      reward_components={"validity": 0.5, "mymod:format": 0.25},
+                      reward_metrics={"exact_share": 0.5})  # fmt: skip
     return record
 
 
@@ -37,6 +38,7 @@ ROLLOUT_ROWS = [
      "advantage": i - 0.5, "in_loss": True, "tokens": 5, "truncated": False}
     for i in (0, 1)
 ]  # fmt: skip
+ROLLOUT_ROWS[1]["log_extra"] = {"expected": "1|nef"}  # a TRL-style reward's log_extra column
 
 
 def _eval_record(step: int) -> dict:
@@ -106,7 +108,8 @@ def test_tensorboards_reader_loads_every_per_step_scalar(tmp_path):
         assert got == pytest.approx(points), tag
     [text] = reader.Tensors("train/rollouts/text_summary")  # the training completions, as markdown
     table = text.tensor_proto.string_val[0].decode()
-    assert text.step == 4 and "| 0 | e4 | fen\\|1 | 0.5 | ok | 0.5 | True |" in table, table
+    assert text.step == 4 and "| 0 | e4 | fen\\|1 | 0.5 | ok | 0.5 | True | 1\\|nef |" in table, table
+    assert table.splitlines()[0].endswith("| in_loss | expected |")  # the logged column, as TRL adds it
 
 
 def test_a_wandb_offline_run_holds_the_same_scalars(tmp_path):
@@ -125,9 +128,12 @@ def test_a_wandb_offline_run_holds_the_same_scalars(tmp_path):
         for row in rows
         if "train/rollouts/_type" in row
     ]
-    assert [(step, t["_type"], t["nrows"], t["ncols"]) for step, t in tables] == [(4, "table-file", 2, 7)]
+    assert [(step, t["_type"], t["nrows"], t["ncols"]) for step, t in tables] == [(4, "table-file", 2, 8)]
     saved = json.loads((offline_run_file(tmp_path).parent / "files" / tables[0][1]["path"]).read_text())
-    assert saved["columns"] == list(COLUMNS) and saved["data"][1] == [0, "e4", "fen|1", 0.5, "ok", 0.5, True]
+    assert saved["columns"] == [*COLUMNS, "expected"]
+    assert (
+        saved["data"][1] == [0, "e4", "fen|1", 0.5, "ok", 0.5, True, "1|nef"] and saved["data"][0][-1] is None
+    )
     for row in rows:
         for tag, value in row.items():
             if not tag.startswith("_"):

@@ -30,6 +30,7 @@ def run_text_task(tmp_path, reward: str):
         "model.block_size=16",
         "sampling.max_new_tokens=5",
         "run.backend=local",
+        "logging.rollouts_every=1",
     ]
     result = assert_ran(
         run_train("--preset", "smoke", "--run-dir", str(run_dir), sets=sets, env=shared_env())
@@ -45,6 +46,9 @@ def test_a_trl_style_reward_scores_a_run_through_the_pool(tmp_path):
     assert grpo and all(0.0 <= m["reward_mean"] <= 1.0 for m in grpo)
     # what the reward logged with TRL's log_metric, as the step's mean over its calls
     assert all(0.0 <= m["reward_metrics"]["reversed_exactly"] <= 1.0 for m in grpo)
+    # and what it logged with log_extra, beside each recorded completion
+    rows = read_jsonl(run_dir / "rollouts.jsonl")  # one per recorded completion
+    assert rows and all(r["log_extra"] == {"expected": r["prompt"][::-1]} for r in rows)
     evals = read_jsonl(run_dir / "eval.jsonl")
     assert evals and all(e["valid_rate"] == 1.0 for e in evals)  # every item scored by the TRL call
 

@@ -30,6 +30,8 @@ class Rewards:
     components: dict[str, tuple[float, float]] = field(default_factory=dict)
     # What TRL-style rewards logged with `log_metric`: name -> (sum, count) over their calls.
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # What TRL-style rewards logged with `log_extra`: item index -> {column: value}, where logged.
+    extras: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (len(self.values) == len(self.usable) == len(self.statuses)):
@@ -38,9 +40,13 @@ class Rewards:
     @staticmethod
     def concat(parts: Sequence[Rewards]) -> Rewards:
         stats: dict[str, float] = {}
+        extras: dict[int, dict[str, Any]] = {}
+        offset = 0
         for p in parts:
             for k, v in p.stats.items():
                 stats[k] = stats.get(k, 0.0) + v
+            extras.update({offset + i: e for i, e in p.extras.items()})
+            offset += len(p.values)
         return Rewards(
             values=[v for p in parts for v in p.values],
             usable=[u for p in parts for u in p.usable],
@@ -48,6 +54,20 @@ class Rewards:
             stats=stats,
             components=add_component_sums(p.components for p in parts),
             logged=add_component_sums(p.logged for p in parts),
+            extras=extras,
+        )
+
+    def sliced(self, start: int, stop: int, *, sums: bool) -> Rewards:
+        """Items [start, stop); with the additive figures (stats, components, logged) when `sums`
+        (give them to one slice only: they add up)."""
+        return Rewards(
+            self.values[start:stop],
+            self.usable[start:stop],
+            self.statuses[start:stop],
+            self.stats if sums else {},
+            self.components if sums else {},
+            self.logged if sums else {},
+            {i - start: e for i, e in self.extras.items() if start <= i < stop},
         )
 
 

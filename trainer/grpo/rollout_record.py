@@ -30,7 +30,8 @@ def rollout_rows(
 ) -> list[dict[str, Any]]:
     """Rows of {group, sample, prompt, completion, reward (None where it could not be used),
     status, shaped_reward (after overlong or KL shaping; only where shaping changed it), advantage,
-    in_loss, tokens, truncated} for the first `groups` groups (prompts[g] is group g's prompt)."""
+    in_loss, tokens, truncated, log_extra (what TRL-style rewards logged for it; only where they
+    did)} for the first `groups` groups (prompts[g] is group g's prompt)."""
     wanted = min(groups, len(prompts)) * (rollouts[0].group_size if rollouts else 0)
     rows: list[dict[str, Any]] = []
     for rollout in rollouts:
@@ -55,5 +56,7 @@ def rollout_rows(
             }
             if float(shaped.delta[i]) != 0.0:
                 row["shaped_reward"] = shaped.rewards.values[i]
+            if extra := scored.extras.get(i):  # what TRL-style rewards logged with log_extra
+                row["log_extra"] = extra
             rows.append(row)
     return rows

@@ -83,6 +83,7 @@ def test_a_reward_that_overruns_in_process_hands_over_to_the_pool():
 
 
 def test_what_a_trl_reward_logs_reaches_the_step_on_the_pool_and_in_process():
+    """log_metric's sums and log_extra's per-item values, scored on the pool or in process."""
     reward = RewardConfig(user=[UserRewardSpec(fn="examples.rewards.trl_verl:reverse_reward")])
     scorer = UserRewardScorer(reward)  # no target: the text task's scorer
     completions, rows = ["ba", "bx", "dc", "dc"], [{"prompt": p} for p in ("ab", "ab", "cd", "cd")]
@@ -96,3 +97,5 @@ def test_what_a_trl_reward_logs_reaches_the_step_on_the_pool_and_in_process():
             assert step.statuses == ["ok"] * 4, where
             # two calls of two items (3 of 4 reversed exactly), whichever side scored them
             assert step.logged == {"reversed_exactly": (1.5, 2.0)}, where
+            # and each item's log_extra values, at its place in the step
+            assert step.extras == {i: {"expected": p} for i, p in enumerate(("ba", "ba", "dc", "dc"))}, where

@@ -98,3 +98,12 @@ def test_reported_components_are_the_scorers_own():
         "user_rewards:length_bonus",
     )
     assert reported_components(object()) == ()
+
+
+def test_logged_extras_keep_their_items_across_blocks():
+    from actors.pool.codec import block_extras, logged_extras
+
+    first = [ScoreResult(1.0, info={"log_extra": {"a": 1}}), ScoreResult(0.0)]
+    second = [ScoreResult(0.0, info={"turn": {}}), ScoreResult(1.0, info={"log_extra": {"a": 2}})]
+    assert logged_extras(second) == {1: {"a": 2}}  # an environment's info is not a logged column
+    assert block_extras([encode(first), encode(second)]) == {0: {"a": 1}, 3: {"a": 2}}

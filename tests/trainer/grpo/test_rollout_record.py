@@ -55,3 +55,33 @@ def test_rows_only_when_asked_and_the_shaped_reward_where_shaping_changed_it():
             assert row["shaped_reward"] < row["reward"]
         else:
             assert "shaped_reward" not in row
+
+
+def test_a_row_carries_what_the_rewards_logged_for_its_completion():
+    from trainer.grpo.reward_source import Rewards
+
+    def score(completions, targets):  # each micro-batch logs its completions' lengths, item by item
+        n = len(completions)
+        extras = {i: {"chars": len(c)} for i, c in enumerate(completions) if i % 2 == 0}
+        return Rewards(char_match(completions, targets), [True] * n, ["ok"] * n, extras=extras)
+
+    trainer = Trainer(small_cfg(beta=0.0), CHESS_TOKENIZER)
+    trainer.record_groups = 4
+    rows = trainer.grpo_step(PAIRS, InlineRewards(score))["rollouts"]
+    # micro-batches of whole groups (an even size): item i of the step is item i % 2 of its own
+    assert [r.get("log_extra") for r in rows] == [
+        {"chars": len(r["completion"])} if i % 2 == 0 else None for i, r in enumerate(rows)
+    ]
+
+
+def test_rewards_keep_each_items_logged_values_through_concat_and_slices():
+    from trainer.grpo.reward_source import Rewards
+
+    def part(n, extras):
+        return Rewards([0.0] * n, [True] * n, ["ok"] * n, stats={"reward_items": float(n)}, extras=extras)
+
+    whole = Rewards.concat([part(2, {1: {"a": 1}}), part(3, {0: {"a": 2}, 2: {"a": 3}})])
+    assert whole.extras == {1: {"a": 1}, 2: {"a": 2}, 4: {"a": 3}}
+    tail = whole.sliced(2, 5, sums=False)
+    assert tail.extras == {0: {"a": 2}, 2: {"a": 3}} and tail.stats == {} and len(tail.values) == 3
+    assert whole.sliced(0, 2, sums=True).stats == {"reward_items": 5.0}
