@@ -206,7 +206,9 @@ def samples_section(evals: Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
-def _rollout_row(row: Mapping[str, Any]) -> str:
+def _rollout_row(row: Mapping[str, Any], logged: Sequence[str]) -> str:
+    """One completion's cells, then one per column the rewards logged with log_extra (`logged`)."""
+    extra = row.get("log_extra") or {}
     cells = [
         _cell("group", esc(row.get("group")), True),
         _cell("prompt", _code(row.get("prompt"))),
@@ -215,6 +217,7 @@ def _rollout_row(row: Mapping[str, Any]) -> str:
         _cell("status", esc(row.get("status"))),
         _cell("advantage", fmt(row.get("advantage"), 2), True),
         _cell("in_loss", "yes" if row.get("in_loss") else "no"),
+        *(_cell("log_extra", "-" if extra.get(c) is None else _code(str(extra[c]))) for c in logged),
     ]
     return f'<tr data-step="{esc(row.get("step"))}">{"".join(cells)}</tr>'
 
@@ -228,10 +231,10 @@ def rollouts_section(rollouts: Sequence[Mapping[str, Any]]) -> str:
     parts = ["<h2>Training completions</h2>"]
     headers = ("group", "prompt", "completion", "reward", "status", "advantage", "in loss")
     for step in dict.fromkeys((steps[0], steps[-1])):
+        rows = [r for r in rollouts if r.get("step") == step]
+        logged = list(dict.fromkeys(c for r in rows for c in r.get("log_extra") or {}))  # TRL's log_extra
         parts.append(f"<h3>GRPO step {step}</h3>")
-        parts.append(
-            _table(headers, (_rollout_row(r) for r in rollouts if r.get("step") == step), "rollouts")
-        )
+        parts.append(_table((*headers, *logged), (_rollout_row(r, logged) for r in rows), "rollouts"))
     return "".join(parts)
 
 

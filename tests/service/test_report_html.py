@@ -163,3 +163,14 @@ def test_training_completions_show_the_first_and_last_recorded_steps():
     assert "GRPO step 5" not in page and "c7&lt;1&gt;" in page and "c5" not in page
     assert '<td data-field="advantage" class=num>0.00</td>' in page  # a reward of 0.5 against the mean
     assert rollouts_section([]) == ""  # a run that recorded none has no section
+    assert "<th>expected</th>" not in page  # no reward logged a column
+
+
+def test_training_completions_show_the_columns_rewards_logged():
+    rows = [{"step": 2, "group": 0, "sample": i, "prompt": "ab", "completion": "ba", "reward": 1.0, "status": "ok",
+             "advantage": 0.0, "in_loss": False} for i in (0, 1)]  # fmt: skip
+    rows[0]["log_extra"] = {"expected": "<ba>"}
+    page = rollouts_section(rows)
+    assert "<th>in loss</th><th>expected</th>" in page  # TRL's log_extra columns after the others
+    assert '<td data-field="log_extra"><code>&lt;ba&gt;</code></td>' in page
+    assert '<td data-field="log_extra">-</td>' in page  # the row it was not logged for
