@@ -62,7 +62,8 @@ class RewardLog:
 
         def log_extra(column: str, values: Sequence[Any]) -> None:
             self.record(f"{name}/log_extra/{column}", list(values))
-            if extras is not None and isinstance(column, str) and isinstance(values, Sequence | list):
+            listed = not isinstance(values, str | bytes | Mapping) and hasattr(values, "__len__")
+            if extras is not None and isinstance(column, str) and listed:  # a list, an array, a tensor
                 extras[column] = [json_value(v) for v in values]
 
         def log_metric(metric: str, value: float) -> None:

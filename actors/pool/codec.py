@@ -136,7 +136,7 @@ def component_sums(blocks: Sequence[EncodedResults]) -> dict[str, tuple[float, f
 
 
 def logged_extras(results: Sequence[ScoreResult]) -> dict[int, dict[str, Any]]:
-    """Item index -> what TRL-style rewards logged for it with `log_extra` (`rewards.styles.LOG_EXTRA`
+    """Item index -> what TRL-style rewards logged for it with `log_extra` (`rewards.reward_log.LOG_EXTRA`
     in its result's info), for the items that have some."""
     return {i: r.info[LOG_EXTRA] for i, r in enumerate(results) if r.info and LOG_EXTRA in r.info}
 
