@@ -1,6 +1,6 @@
 """Decoding's thread count: picked by timing with a margin, and the timing leaves sampling unchanged."""
 
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -55,14 +55,17 @@ def test_bad_candidates_are_refused():
 
 
 def _fake_decode(monkeypatch, seconds_by_threads: dict[int, float]) -> list[int]:
-    """Decoding that takes a set time by thread count; returns the counts it was called with."""
+    """Decoding that takes a set time by thread count, on a clock of its own (a busy machine's
+    sleeps overshoot by tens of milliseconds); returns the counts it was called with."""
     calls: list[int] = []
+    clock = [0.0]
 
     def fake(policy, prompts, cfg, **kwargs):
         calls.append(torch.get_num_threads())
-        time.sleep(seconds_by_threads[calls[-1]])
+        clock[0] += seconds_by_threads[calls[-1]]
 
     monkeypatch.setattr(decode_threads, "generate", fake)
+    monkeypatch.setattr(decode_threads, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     return calls
 
 
@@ -75,8 +78,7 @@ def test_a_wide_model_is_not_decoded_on_few_threads_just_to_time_it(monkeypatch)
 
 
 def test_a_small_model_under_the_passive_policy_takes_one_thread(monkeypatch):
-    # waking threads costs more; 2 threads 1.5x one (well inside decode_threads.SLOW = 2, which a
-    # busy machine's noise pushed 0.04 against 0.02 past), 40 ms apart so noise cannot reorder them
+    # waking threads costs more; 2 threads 1.5x one (inside decode_threads.SLOW = 2)
     calls = _fake_decode(monkeypatch, {4: 0.2, 2: 0.12, 1: 0.08})
     got = time_decode_threads(None, [1], SamplingConfig(max_new_tokens=4), [1, 2, 4])
     assert calls[:4] == [4, 4, 2, 1] and got.threads == 1 and set(got.ms_per_token) == {2, 1}
