@@ -13,14 +13,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
-def _finite_number(value: Any) -> bool:
-    """A finite real number: a Python or numpy number, or a one-element array or tensor."""
+def _finite_float(value: Any) -> float | None:
+    """A finite real number (a Python or numpy number, or a one-element array or tensor) as a
+    float; None for anything else."""
     if hasattr(value, "item") and not isinstance(value, numbers.Real):
         try:
             value = value.item()
         except (TypeError, ValueError, RuntimeError):
-            return False
-    return isinstance(value, numbers.Real) and math.isfinite(float(value))
+            return None
+    if isinstance(value, numbers.Real) and math.isfinite(float(value)):
+        return float(value)
+    return None
 
 
 class RewardLog:
@@ -44,8 +47,8 @@ class RewardLog:
     def add_metric(self, name: str, value: Any) -> None:
         """One `log_metric` value; a name that is not text, or a value that is not a finite number,
         is only counted (TRL would fail to log it later)."""
-        if isinstance(name, str) and _finite_number(value):
-            number = float(value.item() if hasattr(value, "item") else value)
+        number = _finite_float(value)
+        if isinstance(name, str) and number is not None:
             total, count = self.metrics.get(name, (0.0, 0.0))
             self.metrics[name] = (total + number, count + 1.0)
 

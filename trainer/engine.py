@@ -14,6 +14,7 @@ Sampling itself reads tokens on the host to decode them for the scorer, which is
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -335,7 +336,7 @@ class Trainer:
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
         self.grpo_steps += 1
-        gather = (lambda sums: gather_json(sums, self.device)) if self.world > 1 else None
+        gather = functools.partial(gather_json, device=self.device)  # [sums] alone at world size 1
         sums = step_sums(shaped, sel, scored, self.cfg.sampling.group_size, gather)
         if kept_rows == 0:
             host.update(skip_record(sums))
