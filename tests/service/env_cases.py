@@ -1,4 +1,12 @@
-"""Environments a run must refuse before it starts (named as `tests.service.env_cases:<Class>`)."""
+"""Environments a run must refuse before it starts, and ones that fail on purpose mid-run (named as
+`tests.service.env_cases:<Class>`)."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import ray
 
 from rewards.config import EngineConfig
 from rewards.env import Environment
@@ -40,13 +48,52 @@ class LiesAboutDeterminism(GuessNumber):
         return (observation.upper() if LiesAboutDeterminism.plays % 2 else observation, reward, done)
 
 
+class KillsItsWorker(GuessNumber):
+    """The guessing game, whose process SIGKILLs itself in the middle of an episode: at a step after
+    the episode's first (so a replacement must replay its actions), when $GRPO_TEST_KILL_DIR names a
+    directory. Only the pool's first worker (actor `<prefix>-0`) kills itself: the call it dies
+    under goes to the other worker, which never does, as a worker killed from outside would see
+    it (a second death under the same call would rightly make its items suspects). Each kill claims
+    a file `kill-<k>` there (at most `kills`), at least `every_s` after the last, in a process up
+    for `min_age_s` (a replacement serves first). Without the variable it is the guessing game, so
+    an undisturbed run is the reference of a killed one."""
+
+    kills, every_s, min_age_s = 3, 1.5, 1.0
+    loaded_at = time.monotonic()
+
+    def step(self, action):
+        if self.guesses >= 1 and self._claim_a_kill():
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+    def _claim_a_kill(self) -> bool:
+        folder = os.environ.get("GRPO_TEST_KILL_DIR")
+        if not folder or time.monotonic() - self.loaded_at < self.min_age_s:
+            return False
+        if not (ray.is_initialized() and (ray.get_runtime_context().get_actor_name() or "").endswith("-0")):
+            return False  # the driver (it plays demonstrations) or the other worker
+        claimed = sorted(Path(folder).glob("kill-*"))
+        if len(claimed) >= self.kills or (
+            claimed and time.time() - claimed[-1].stat().st_mtime < self.every_s
+        ):
+            return False
+        Path(folder, f"kill-{len(claimed)}").touch()
+        return True
+
+
+class UndeterministicKillsItsWorker(KillsItsWorker):
+    deterministic = False
+
+
 __all__ = [
     "Environment",
+    "KillsItsWorker",
     "LiesAboutDeterminism",
     "NoDemonstration",
     "NotAnEnvironment",
     "ResetRaises",
     "StepRaises",
+    "UndeterministicKillsItsWorker",
 ]
 
 
