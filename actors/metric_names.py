@@ -110,7 +110,8 @@ STEP_METRICS: tuple[Metric, ...] = (
         "env_metrics",
         "train",
         "environment tasks: {key: mean} of the numbers the episodes' episode_info() reported "
-        "(SkyRL's get_metrics), over the episodes that reported the key",
+        "(SkyRL's get_metrics), over the episodes that reported the key; or what the environment's "
+        "own aggregate_metrics made of every episode's info",
     ),
     _m(
         "env_replayed_turns", "train", "environment tasks: turns replayed to rebuild episodes on a new worker"
@@ -183,7 +184,8 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m(
         "env_metrics",
         "eval",
-        "environment tasks: {key: mean} of the held-out episodes' episode_info() numbers",
+        "environment tasks: {key: mean} of the held-out episodes' episode_info() numbers, or the "
+        "environment's own aggregate_metrics of them",
     ),
     _m("env_step_s", "eval", "environment tasks: held-out mean seconds of one reset or step"),
     _m("env_wait_s", "eval", "environment tasks: held-out time sampling waited on the environments"),

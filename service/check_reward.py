@@ -170,6 +170,7 @@ def _check_environment(task, n: int) -> int:
         f"infos:        {_info_keys(trial)}",
         # a run's steps and evaluations report these means as env_metrics
         *value_lines("env metrics:", trial.episode_numbers, "episodes"),
+        *_aggregated_lines(trial),
         *(f"  note: {reason[:120]}" for reason in trial.notes[:3]),
         f"determinism:  {len(trial.mismatches)} of {trial.episodes // 2} rows played differently the second time",
     ]
@@ -180,6 +181,17 @@ def _check_environment(task, n: int) -> int:
         return 2
     print("verdict:      a run would accept this environment", flush=True)
     return 0
+
+
+def _aggregated_lines(trial) -> list[str]:
+    """What the environment's own aggregate_metrics made of the sample episodes (a run reports
+    that as env_metrics instead of the means)."""
+    if trial.aggregated is None or trial.aggregate_error:
+        return []
+    text = ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v!r:.40}" for k, v in trial.aggregated.items()
+    )
+    return [f"aggregated:   {text or 'nothing'} (the class's aggregate_metrics, a run's env_metrics)"]
 
 
 def _info_keys(trial) -> str:

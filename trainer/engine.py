@@ -29,6 +29,7 @@ from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, gather_json, rank_and_world, reduce_on, shard
 from trainer.eval_decoding import evaluate_pairs
 from trainer.grpo.dynamic import Batch, fill_batch
+from trainer.grpo.episode_rewards import own_env_metrics
 from trainer.grpo.reward_source import Rewards, RewardSource
 from trainer.grpo.rollout_record import rollout_rows
 from trainer.grpo.selection import GroupSelection, select_groups, skip_record
@@ -341,6 +342,7 @@ class Trainer:
         if kept_rows == 0:
             host.update(skip_record(sums))
         host.update(step_figures(sums))  # over every rank's rows
+        host.update(own_env_metrics(self.episodes, scored, gather))  # an environment's own aggregate
         if rows is not None:
             host["rollouts"] = rows
         return host

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.evaluation import greedy_summary, sampled_summary, summarise_eval
-from trainer.grpo.episode_rewards import episode_figures, episode_rewards
+from trainer.grpo.episode_rewards import episode_figures, episode_rewards, own_env_metrics
 from trainer.grpo.reward_source import Rewards
 from trainer.rng import derived_seed
 from trainer.sampling.episodes import transcript_text
@@ -73,6 +73,7 @@ def _evaluate_episodes(trainer: Trainer, pairs: Sequence[Any], n_samples: int) -
         scored.statuses, n_samples, scored.usable,
     )  # fmt: skip
     summary.update(episode_figures(scored.stats))
+    summary.update(own_env_metrics(trainer.episodes, scored, None))  # this rank's episodes
     results = [r for o in outs for r in o.results]
     for sample, result in zip(summary["samples"], results, strict=False):  # the first n_samples
         if any(result.infos):

@@ -25,9 +25,17 @@ from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item, keep_e
 class PoolEpisodes:
     """The episodes of one sampling batch, played on the reward pool's workers."""
 
-    def __init__(self, pool_of: Callable[[], RewardPool], *, max_turns: int, reward_mode: str = "sum"):
+    def __init__(
+        self,
+        pool_of: Callable[[], RewardPool],
+        *,
+        max_turns: int,
+        reward_mode: str = "sum",
+        aggregate_metrics: Callable[[list[dict[str, Any]]], Any] | None = None,
+    ):
         self._pool_of = pool_of  # attached on first use
         self.max_turns, self.reward_mode = max_turns, reward_mode
+        self.aggregate_metrics = aggregate_metrics  # the environment's own (None: the trainer's mean)
         self._prefix = uuid.uuid4().hex[:12]  # episode ids unique across ranks and runs
         self._ids = itertools.count()
         self._records: list[EpisodeRecord] = []
@@ -67,7 +75,12 @@ class PoolEpisodes:
 
     def fresh(self) -> PoolEpisodes:
         """Another host on the same pool, for a micro-batch decoded beside this one's."""
-        return PoolEpisodes(self._pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
+        return PoolEpisodes(
+            self._pool_of,
+            max_turns=self.max_turns,
+            reward_mode=self.reward_mode,
+            aggregate_metrics=self.aggregate_metrics,
+        )
 
     def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
         still_held = {i: "" for i in sorted(self._open)}

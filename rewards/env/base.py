@@ -14,14 +14,15 @@
 last; the episode's reward is their sum, or the last one (`task.episode_reward`). A step may
 return a fourth item, `info`: a dict of what the turn was about (as gymnasium's `info`, SkyRL's
 `metadata`; gymnasium's five items are taken too), and an optional `episode_info()` says at the
-end what the whole episode was about: the evaluation records keep both, and the trainer only
-averages the episode info's numbers into each step's `env_metrics`; neither changes a reward.
+end what the whole episode was about: the evaluation records keep both, and the trainer
+averages the episode info's numbers into each step's `env_metrics` (or hands the step's episode
+infos to the class's own `aggregate_metrics`, SkyRL's name); neither changes a reward.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 
@@ -68,6 +69,11 @@ class Environment:
     # Episodes whose steps may run at once in one process (threads): > 1 only for environments that
     # wait (I/O) and whose instances share nothing unsafe (`rewards.env.concurrency`).
     concurrent_steps: ClassVar[int] = 1
+    # How a step's (or an evaluation's) episode infos become its `env_metrics`, as SkyRL's
+    # `aggregate_metrics`: a staticmethod taking the list of every episode's `episode_info()` dict
+    # (under data parallelism, every rank's) and returning {name: number}. None: the mean of each
+    # key's numbers over the episodes that reported it.
+    aggregate_metrics: ClassVar[Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None] = None
 
     def setup(self) -> None:
         """Before the episode's `reset` (acquire what the instance needs)."""

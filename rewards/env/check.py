@@ -3,7 +3,8 @@
 For every row: the time of each reset and step, the statuses the episodes ended with, the keys of
 the infos its turns and episodes gave, the numbers of each episode's info (what a run averages
 into `env_metrics`), what went wrong after an episode was played (a failing
-`episode_info` or `close`), and, where the environment declares itself deterministic, whether the
+`episode_info` or `close`), what the class's own `aggregate_metrics` makes of the episodes'
+infos where it has one, and, where the environment declares itself deterministic, whether the
 two plays gave the same observations and rewards (what replaying an episode relies on).
 """
 
@@ -32,6 +33,9 @@ class EnvTrial:
     episode_info_keys: Counter = field(default_factory=Counter)  # key -> episodes whose info had it
     episode_numbers: dict[str, list[float]] = field(default_factory=dict)  # key -> its finite numbers
     notes: list[str] = field(default_factory=list)  # reasons of episodes that ended ok all the same
+    infos: list[dict[str, Any]] = field(default_factory=list)  # the episode_info of each that gave one
+    aggregated: Any = None  # the class's aggregate_metrics(infos), where it has one
+    aggregate_error: str | None = None  # why that call failed or gave no dict
 
     @property
     def step_s(self) -> float:
@@ -67,6 +71,8 @@ def try_environment(
             trial.turns += len(result.infos)
             trial.turn_info_keys.update(key for info in result.infos for key in info)
             trial.episode_info_keys.update(list(result.episode_info or {}))
+            if result.episode_info is not None:
+                trial.infos.append(dict(result.episode_info))
             for key, value in (result.episode_info or {}).items():  # what a run averages into env_metrics
                 if isinstance(value, int | float) and math.isfinite(value):
                     trial.episode_numbers.setdefault(key, []).append(float(value))
@@ -77,7 +83,22 @@ def try_environment(
         same = first.transcript == second.transcript and first.reward == second.reward
         if env_cls.deterministic and not same:
             trial.mismatches.append(f"row {dict(row)!r:.80}: two plays of the same actions differ")
+    _aggregate(env_cls, trial)
     return trial
+
+
+def _aggregate(env_cls: type[Environment], trial: EnvTrial) -> None:
+    """The class's own aggregate_metrics over the trial's episode infos, as a step would call it
+    (the infos of the episodes that gave one)."""
+    if env_cls.aggregate_metrics is None:
+        return
+    try:
+        trial.aggregated = env_cls.aggregate_metrics(list(trial.infos))
+    except Exception as exc:
+        trial.aggregate_error = f"{type(exc).__name__}: {exc}"[:300]
+        return
+    if not isinstance(trial.aggregated, Mapping):
+        trial.aggregate_error = f"it returned {type(trial.aggregated).__name__}, not a dict"
 
 
 def env_problem(trial: EnvTrial) -> str | None:
@@ -86,4 +107,6 @@ def env_problem(trial: EnvTrial) -> str | None:
         return f"{len(trial.errors)} of {trial.episodes // 2} sample rows failed: {trial.errors[0]}"
     if trial.mismatches:
         return f"declared deterministic, but {trial.mismatches[0]}"
+    if trial.aggregate_error:
+        return f"aggregate_metrics failed on the {trial.episodes} sample episodes' infos: {trial.aggregate_error}"
     return None

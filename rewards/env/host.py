@@ -28,6 +28,7 @@ class LocalEpisodes:
         step_timeout_s: float | None = None,
     ) -> None:
         self.env_cls = load_environment(env) if isinstance(env, str) else env
+        self.aggregate_metrics = self.env_cls.aggregate_metrics  # None: the trainer's mean
         self.max_turns, self.reward_mode, self.step_timeout_s = max_turns, reward_mode, step_timeout_s
         self._episodes: list[Episode] = []
         self.failure_reasons: list[str] = []  # the last batch's, for a run that its errors end

@@ -14,7 +14,8 @@ shape (an `init` and a `step`, no `reset`) in `SkyRLEnvironment`:
   the chat template as a user message);
 - each step's reward is a turn's reward: the episode's reward is their sum (`task.episode_reward`);
 - each step's `metadata` (a dict) is the turn's info, and `get_metrics()` at the episode's end its
-  episode info: the evaluation records keep both;
+  episode info: the evaluation records keep both, and a class's own `aggregate_metrics` (one that
+  is not `BaseTextEnv`'s default mean) turns a step's episode infos into its `env_metrics`;
 - the environment is replayed after a lost worker only when its class says
   `deterministic = True` (SkyRL's do not say it: they end such an episode `env_error`).
 """
@@ -89,14 +90,25 @@ class SkyRLEnvironment(Environment):
             env.close()
 
 
+def _own_aggregate_metrics(cls: type) -> Any:
+    """The class's own `aggregate_metrics`, or None where it has none or keeps SkyRL's default (the
+    mean per key, which the trainer computes itself, over every rank without gathering infos)."""
+    aggregate = getattr(cls, "aggregate_metrics", None)
+    if not callable(aggregate) or getattr(aggregate, "__qualname__", "") == "BaseTextEnv.aggregate_metrics":
+        return None
+    return aggregate
+
+
 def wrap_skyrl(cls: type) -> type[Environment]:
     """`cls` (a SkyRL-gym environment class) as an `Environment`."""
+    aggregate = _own_aggregate_metrics(cls)
     return type(
         f"SkyRL{cls.__name__}",
         (SkyRLEnvironment,),
         {
             "skyrl_cls": cls,
             "deterministic": bool(getattr(cls, "deterministic", False)),
+            "aggregate_metrics": None if aggregate is None else staticmethod(aggregate),
             "__module__": __name__,
             "__doc__": f"The SkyRL-gym environment {cls.__module__}.{cls.__qualname__}.",
         },

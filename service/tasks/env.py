@@ -183,7 +183,12 @@ class EnvTask(Task):
 
             if pool_of is None:
                 raise ValueError("task.hosting=pool: the episodes need the run's reward pool")
-            return PoolEpisodes(pool_of, max_turns=self.max_turns, reward_mode=self.reward_mode)
+            return PoolEpisodes(
+                pool_of,
+                max_turns=self.max_turns,
+                reward_mode=self.reward_mode,
+                aggregate_metrics=load_environment(self.env).aggregate_metrics,
+            )
         return LocalEpisodes(
             self.env,
             max_turns=self.max_turns,

@@ -48,6 +48,22 @@ class LiesAboutDeterminism(GuessNumber):
         return (observation.upper() if LiesAboutDeterminism.plays % 2 else observation, reward, done)
 
 
+class AggregatesBadly(GuessNumber):
+    """Its own aggregate_metrics expects a key its episodes never report."""
+
+    @staticmethod
+    def aggregate_metrics(infos):
+        return {"solved": sum(info["solved"] for info in infos)}
+
+
+class AggregatesGuesses(GuessNumber):
+    """Its own aggregate_metrics: how many episodes, and the most guesses one took."""
+
+    @staticmethod
+    def aggregate_metrics(infos):
+        return {"episodes": len(infos), "most_guesses": max(info["guesses"] for info in infos)}
+
+
 class KillsItsWorker(GuessNumber):
     """The guessing game, whose process SIGKILLs itself in the middle of an episode: at a step after
     the episode's first (so a replacement must replay its actions), when $GRPO_TEST_KILL_DIR names a
@@ -86,6 +102,8 @@ class UndeterministicKillsItsWorker(KillsItsWorker):
 
 
 __all__ = [
+    "AggregatesBadly",
+    "AggregatesGuesses",
     "Environment",
     "KillsItsWorker",
     "LiesAboutDeterminism",

@@ -37,6 +37,10 @@ def _refused(capsys, tmp_path, *sets: str) -> str:
             "the demonstration of row {'secret': 10} ended env_error: step raised",  # a training row
         ),
         ([f"task.env={CASES}:LiesAboutDeterminism"], "task.env: declared deterministic, but row"),
+        (
+            [f"task.env={CASES}:AggregatesBadly"],
+            "task.env: aggregate_metrics failed on the 8 sample episodes' infos: KeyError: 'solved'",
+        ),
         (["task.stop=[]"], "task.stop"),
     ],
 )
@@ -122,3 +126,15 @@ def test_check_reward_tries_the_environment(capsys):
     out = capsys.readouterr().out
     assert "determinism:  8 of 8 rows played differently" in out  # the first 8 training rows
     assert "verdict:      refused: declared deterministic, but row" in out
+
+
+def test_an_environments_own_aggregate_reaches_both_episode_hosts_and_check_reward(capsys):
+    for hosting in ("pool", "local"):
+        sets = [f"task.env={CASES}:AggregatesGuesses", f"task.hosting={hosting}"]
+        host = build_task(load_config("env-smoke", overrides=sets)).episode_host(pool_of=lambda: None)
+        assert host.aggregate_metrics([{"guesses": 2}, {"guesses": 5}]) == {"episodes": 2, "most_guesses": 5}
+    assert (
+        check_main(["--preset", "env-smoke", "--set", f"task.env={CASES}:AggregatesGuesses", "--n", "3"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(r"aggregated:   episodes 6, most_guesses \d \(the class's aggregate_metrics", out), out

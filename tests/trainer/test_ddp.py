@@ -72,11 +72,21 @@ def _grads(trainer: Trainer) -> dict:
     return {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
 
 
+class _OwnAggregate:
+    """An episode host's `aggregate_metrics` alone (what the update reads of it): the episodes it
+    saw, and the first and last episode's row, which rank order must keep."""
+
+    @staticmethod
+    def aggregate_metrics(infos):
+        return {"episodes": len(infos), "first": infos[0]["item"], "last": infos[-1]["item"]}
+
+
 def _run(rank: int, world: int, out: str) -> None:
     trainer = Trainer(CFG, CHESS_TOKENIZER)
     sft = trainer.sft_step(PAIRS)
     sft_grads = _grads(trainer)
     trainer = Trainer(CFG, CHESS_TOKENIZER)  # the GRPO update starts from the same initial weights everywhere
+    trainer.episodes = _OwnAggregate()
     rollouts, values = _rollouts(trainer)
     per = len(rollouts) // world
     mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share
@@ -91,6 +101,7 @@ def _run(rank: int, world: int, out: str) -> None:
         statuses=statuses,
         stats={"reward_items": float(len(flat)), "reward_errors": float(statuses.count("error"))},
         components={"letters": (sum(v for v, u in zip(flat, usable, strict=True) if u), float(sum(usable)))},
+        episode_infos=[{"item": mine.start * 8 + i} for i in range(len(flat))],  # 8 items a micro-batch
     )
     grpo = trainer.grpo_update(rollouts[mine], scored)
     if rank == 0:
@@ -122,6 +133,8 @@ def test_two_ranks_match_one_process(tmp_path):
     assert 0 < one["reward_mean"] < 1 and one["reward_ok_frac"] == 31 / 32
     for key in STEP_FIGURES:
         assert two[key] == pytest.approx(one[key], rel=1e-6), key
+    # an environment's own aggregate sees every rank's episodes, in order
+    assert one["env_metrics"] == two["env_metrics"] == {"episodes": 32.0, "first": 0.0, "last": 31.0}
 
 
 STEP_FIGURES = (

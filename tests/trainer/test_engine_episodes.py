@@ -61,3 +61,54 @@ def test_episode_metrics_are_means_per_key_over_the_episodes_that_reported_it():
     figures = episode_figures(Rewards.concat([first, second]).stats)
     assert figures["env_metrics"] == {"steps": 3.0, "solved": 1.0}  # text and NaN are left out
     assert "env_metrics" not in episode_figures(episode_rewards([result(None)], 0.0).stats)
+
+
+class GuessWithOwnAggregate(GuessNumber):
+    """The guessing game with SkyRL's hook: a step's env_metrics are what it makes of the infos."""
+
+    @staticmethod
+    def aggregate_metrics(infos):
+        guesses = [info["guesses"] for info in infos]
+        return {"episodes": len(infos), "most_guesses": max(guesses), "kind": "text is left out"}
+
+
+def test_an_environments_own_aggregate_makes_the_steps_and_the_evaluations_env_metrics():
+    torch.manual_seed(0)
+    cfg = _trainer().cfg
+    host = LocalEpisodes(GuessWithOwnAggregate, max_turns=6)
+    trainer = Trainer(cfg, CharTokenizer(GuessNumber.alphabet + "\n"), stop=["\n"], episodes=host)
+    record = trainer.grpo_step(_pairs(4), rewards=None)
+    assert set(record["env_metrics"]) == {"episodes", "most_guesses"}
+    assert record["env_metrics"]["episodes"] == 16.0 and 0.0 <= record["env_metrics"]["most_guesses"] <= 6.0
+    summary = trainer.evaluate(_pairs(3), score_fn=None, n_samples=1)
+    assert summary["env_metrics"]["episodes"] == 3.0
+
+
+def test_an_aggregate_gets_every_ranks_infos_that_were_reported_and_its_failures_are_named():
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pytest
+
+    from trainer.grpo.episode_rewards import aggregated_env_metrics, episode_rewards
+
+    def result(info):
+        return SimpleNamespace(reward=1.0, usable=True, status="ok", turns=1, env_s=0.0, success=True,
+                               episode_info=info)  # fmt: skip
+
+    mine = episode_rewards([result({"g": np.int64(3)}), result(None)], 0.0).episode_infos
+    assert mine == [{"g": 3}, None] and type(mine[0]["g"]) is int  # plain values: they cross ranks as JSON
+    seen = []
+
+    def keep(infos):
+        seen.append(infos)
+        return {"n": len(infos), "flag": True, "nan": float("nan"), "ratio": np.float32(0.5)}
+
+    two_ranks = lambda mine: [mine, [{"g": 7}, None]]  # noqa: E731  (rank 1's share, one without info)
+    out = aggregated_env_metrics(mine, keep, two_ranks)
+    assert seen == [[{"g": 3}, {"g": 7}]]  # every rank's, in rank order, where an episode reported one
+    assert out == {"n": 2.0, "flag": 1.0, "ratio": 0.5}  # finite numbers only, as the mean keeps
+    with pytest.raises(RuntimeError, match="aggregate_metrics failed on 1 episode infos: KeyError"):
+        aggregated_env_metrics([{"g": 1}], lambda infos: infos[0]["missing"])
+    with pytest.raises(TypeError, match="returned list, not a dict"):
+        aggregated_env_metrics([{"g": 1}], lambda infos: [1])

@@ -3,12 +3,15 @@
 An episode's result becomes one item's reward, as a scorer's would: its status travels with it,
 `env_error` and `timeout` count as the error and timeout items of the run's failure policy, and the
 episode figures travel as additive stats (`env_*`), turned into means by `episode_figures`.
+An environment with its own `aggregate_metrics` (SkyRL's) gets every episode's info instead
+(`aggregated_env_metrics`), gathered over the ranks.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import numbers
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainer.grpo.reward_source import Rewards, component_means
@@ -36,7 +39,64 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
         usable=[bool(r.usable) for r in results],
         statuses=statuses,
         stats=stats,
+        episode_infos=[_plain_info(getattr(r, "episode_info", None)) for r in results],
     )
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON holds it (numbers of any numeric type as int or float; other objects as
+    their text), so that infos cross ranks and reach an aggregator alike at every world size."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _plain_info(info: Any) -> dict[str, Any] | None:
+    return _plain(info) if isinstance(info, Mapping) else None  # None: the episode reported none
+
+
+Aggregate = Callable[[list[dict[str, Any]]], Any]
+
+
+def own_env_metrics(host: Any, scored: Any, gather: Callable[[Any], list[Any]] | None) -> dict[str, Any]:
+    """{"env_metrics": ...} from the episode host's `aggregate_metrics` (the environment's own)
+    over the step's episodes on every rank; {} where it has none (the mean stands). Every rank
+    calls it, as it gathers."""
+    aggregate = getattr(host, "aggregate_metrics", None)
+    if aggregate is None:
+        return {}
+    return {"env_metrics": aggregated_env_metrics(scored.episode_infos, aggregate, gather)}
+
+
+def aggregated_env_metrics(
+    infos: Sequence[dict[str, Any]],
+    aggregate: Aggregate,
+    gather: Callable[[Any], list[Any]] | None = None,
+) -> dict[str, float]:
+    """`aggregate` (an environment's `aggregate_metrics`) over the infos of the episodes that
+    reported one (an episode that failed before it could has None): this rank's `infos`, or every
+    rank's through `gather` (rank order). What it returns is kept where it is a finite number
+    (bools as 0 or 1), as the default mean keeps; anything but a dict is an error."""
+    parts = gather(list(infos)) if gather is not None else [list(infos)]
+    every = [info for part in parts for info in part if info is not None]
+    try:
+        out = aggregate(every)
+    except Exception as exc:
+        raise RuntimeError(
+            f"the environment's aggregate_metrics failed on {len(every)} episode infos: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(out, Mapping):
+        raise TypeError(f"the environment's aggregate_metrics returned {type(out).__name__}, not a dict")
+    return {str(k): float(v) for k, v in out.items() if isinstance(v, numbers.Real) and math.isfinite(v)}
 
 
 _SUM, _COUNT = "env_metric_sum/", "env_metric_n/"

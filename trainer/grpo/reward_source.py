@@ -32,6 +32,9 @@ class Rewards:
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
     # What TRL-style rewards logged with `log_extra`: item index -> {column: value}, where logged.
     extras: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Episodes only: each item's `episode_info` (plain values; None where it reported none), for an
+    # environment's own `aggregate_metrics` (`trainer.grpo.episode_rewards`); [] otherwise.
+    episode_infos: list[dict[str, Any] | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not (len(self.values) == len(self.usable) == len(self.statuses)):
@@ -55,6 +58,7 @@ class Rewards:
             components=add_component_sums(p.components for p in parts),
             logged=add_component_sums(p.logged for p in parts),
             extras=extras,
+            episode_infos=[info for p in parts for info in p.episode_infos],
         )
 
     def sliced(self, start: int, stop: int, *, sums: bool) -> Rewards:
@@ -68,6 +72,7 @@ class Rewards:
             self.components if sums else {},
             self.logged if sums else {},
             {i - start: e for i, e in self.extras.items() if start <= i < stop},
+            self.episode_infos[start:stop],
         )
 
 

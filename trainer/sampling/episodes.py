@@ -51,6 +51,8 @@ class EpisodeHost(Protocol):
     # A host whose answers come from elsewhere (the reward pool) may also have `submit(actions) ->
     # handle` and `collect(handle) -> answers` (`step` without waiting), and `fresh() -> host` (another
     # host on the same resources): micro-batches then decode interleaved (`generate_episode_batches`).
+    # An `aggregate_metrics` attribute (the environment's own, or None) makes the episode infos'
+    # figures (`trainer.grpo.episode_rewards.own_env_metrics`).
 
 
 class Episodes(NamedTuple):
