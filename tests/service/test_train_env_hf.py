@@ -97,4 +97,7 @@ def test_a_skyrl_gym_environment_runs_unchanged(tmp_path):
     grpo = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if m["phase"] == "grpo"]
     # sampled episodes went past their first turn: the environment's user message was fed back
     assert max(m["turns_mean"] for m in grpo) > 1.0, "no episode got a SkyRL answer: the run showed nothing"
-    assert all(0.0 <= m["env_metrics"]["steps"] <= 2.0 for m in grpo)  # get_metrics, averaged per step
+    # get_metrics' dicts of each step, through GSM8kMultiTurnEnv's own aggregate_metrics (avg_steps)
+    assert all(0.0 <= m["env_metrics"]["avg_steps"] <= 2.0 for m in grpo) and all(
+        set(m["env_metrics"]) == {"avg_steps"} for m in grpo
+    )
