@@ -30,8 +30,6 @@ class EnvTrial:
     mismatches: list[str] = field(default_factory=list)  # rows whose two plays differed
     turns: int = 0  # steps answered
     turn_info_keys: Counter = field(default_factory=Counter)  # key -> turns whose info had it
-    episode_info_keys: Counter = field(default_factory=Counter)  # key -> episodes whose info had it
-    episode_numbers: dict[str, list[float]] = field(default_factory=dict)  # key -> its finite numbers
     notes: list[str] = field(default_factory=list)  # reasons of episodes that ended ok all the same
     infos: list[dict[str, Any]] = field(default_factory=list)  # the episode_info of each that gave one
     aggregated: Any = None  # the class's aggregate_metrics(infos), where it has one
@@ -40,6 +38,21 @@ class EnvTrial:
     @property
     def step_s(self) -> float:
         return self.seconds / self.calls if self.calls else 0.0
+
+    @property
+    def episode_info_keys(self) -> Counter:
+        """key -> episodes whose info had it."""
+        return Counter(key for info in self.infos for key in info)
+
+    @property
+    def episode_numbers(self) -> dict[str, list[float]]:
+        """key -> the finite numbers the episodes' infos gave it (what a run averages into env_metrics)."""
+        numbers: dict[str, list[float]] = {}
+        for info in self.infos:
+            for key, value in info.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    numbers.setdefault(key, []).append(float(value))
+        return numbers
 
 
 def play(env_cls: type[Environment], row: Mapping[str, Any], actions: Sequence[str], max_turns: int,
@@ -70,12 +83,8 @@ def try_environment(
             trial.statuses[result.status] += 1
             trial.turns += len(result.infos)
             trial.turn_info_keys.update(key for info in result.infos for key in info)
-            trial.episode_info_keys.update(list(result.episode_info or {}))
             if result.episode_info is not None:
                 trial.infos.append(dict(result.episode_info))
-            for key, value in (result.episode_info or {}).items():  # what a run averages into env_metrics
-                if isinstance(value, int | float) and math.isfinite(value):
-                    trial.episode_numbers.setdefault(key, []).append(float(value))
         if first.reason and first.status != "ok":
             trial.errors.append(first.reason)
         elif first.reason:  # played, but its episode_info or close failed

@@ -85,18 +85,16 @@ def test_an_environments_own_aggregate_makes_the_steps_and_the_evaluations_env_m
 
 
 def test_an_aggregate_gets_every_ranks_infos_that_were_reported_and_its_failures_are_named():
-    from types import SimpleNamespace
-
     import numpy as np
     import pytest
 
+    from rewards.env.check import play
     from trainer.grpo.episode_rewards import aggregated_env_metrics, episode_rewards
 
-    def result(info):
-        return SimpleNamespace(reward=1.0, usable=True, status="ok", turns=1, env_s=0.0, success=True,
-                               episode_info=info)  # fmt: skip
-
-    mine = episode_rewards([result({"g": np.int64(3)}), result(None)], 0.0).episode_infos
+    reports = type("Reports", (GuessNumber,), {"episode_info": lambda self: {"g": np.int64(3)}})
+    silent = type("Silent", (GuessNumber,), {"episode_info": lambda self: None})
+    results = [play(env, {"secret": 5}, ["5"], max_turns=6, step_timeout_s=None) for env in (reports, silent)]
+    mine = episode_rewards(results, 0.0).episode_infos
     assert mine == [{"g": 3}, None] and type(mine[0]["g"]) is int  # plain values: they cross ranks as JSON
     seen = []
 

@@ -39,28 +39,9 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
         usable=[bool(r.usable) for r in results],
         statuses=statuses,
         stats=stats,
-        episode_infos=[_plain_info(getattr(r, "episode_info", None)) for r in results],
+        # JSON data already (`rewards.env.episode.checked_info`): they cross ranks as they are
+        episode_infos=[getattr(r, "episode_info", None) for r in results],
     )
-
-
-def _plain(value: Any) -> Any:
-    """A value as JSON holds it (numbers of any numeric type as int or float; other objects as
-    their text), so that infos cross ranks and reach an aggregator alike at every world size."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def _plain_info(info: Any) -> dict[str, Any] | None:
-    return _plain(info) if isinstance(info, Mapping) else None  # None: the episode reported none
 
 
 Aggregate = Callable[[list[dict[str, Any]]], Any]
@@ -77,7 +58,7 @@ def own_env_metrics(host: Any, scored: Any, gather: Callable[[Any], list[Any]] |
 
 
 def aggregated_env_metrics(
-    infos: Sequence[dict[str, Any]],
+    infos: Sequence[dict[str, Any] | None],
     aggregate: Aggregate,
     gather: Callable[[Any], list[Any]] | None = None,
 ) -> dict[str, float]:

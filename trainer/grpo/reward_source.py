@@ -32,7 +32,7 @@ class Rewards:
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
     # What TRL-style rewards logged with `log_extra`: item index -> {column: value}, where logged.
     extras: dict[int, dict[str, Any]] = field(default_factory=dict)
-    # Episodes only: each item's `episode_info` (plain values; None where it reported none), for an
+    # Episodes only: each item's `episode_info` (JSON data; None where it reported none), for an
     # environment's own `aggregate_metrics` (`trainer.grpo.episode_rewards`); [] otherwise.
     episode_infos: list[dict[str, Any] | None] = field(default_factory=list)
 
