@@ -51,12 +51,13 @@ class ScalingConfig(Frozen):
         "(the same choice every run); auto: timed when the worker starts (1, 2, 4 .. torch_threads; fewer kept "
         "only when 1.2x faster), which adapts to the machine but may choose differently from run to run",
     )
-    omp_wait_policy: Literal["passive", "active", "inherit"] = Field(
-        "passive",
-        description="OpenMP threads between parallel regions: passive sleeps (OMP_WAIT_POLICY=PASSIVE, "
-        "KMP_BLOCKTIME=0), active spins (fast alone, several times slower when another process wants the "
-        "core), inherit leaves the environment as it is; set for a local cluster, put it in the job's "
-        "runtime_env on a remote one",
+    omp_wait_policy: Literal["auto", "passive", "active", "inherit"] = Field(
+        "auto",
+        description="how OpenMP's idle threads wait: auto keeps OpenMP's own short spin unless the trainer "
+        "workers' threads outnumber the node's cores (then passive), and leaves an OMP_WAIT_POLICY already "
+        "in the environment; passive sleeps at once (OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0: for a node "
+        "shared with other jobs); active spins; inherit leaves the environment as it is. Set by the driver "
+        "for a local cluster; on a remote one it belongs in the job's runtime_env",
     )
     resources_per_worker: dict[str, float] = Field(
         default_factory=dict,

@@ -28,7 +28,7 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec
-from actors.run.omp_env import wait_policy_env
+from actors.run.omp_env import apply_wait_policy
 from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
@@ -74,6 +74,9 @@ def local_node_labels(cfg: ServiceConfig) -> dict[str, str]:
     return {k: v for k, v in labels.items() if not v.startswith("!") and not v.endswith(")")}
 
 
+REMOTE_WAIT_POLICY = "the cluster's workers' environment (on a remote cluster it is the job's runtime_env)"
+
+
 def init_ray(cfg: ServiceConfig, console: Console) -> bool:
     """Join the cluster in RAY_ADDRESS (set under `ray job submit`) or start a local one; True if started here.
 
@@ -93,7 +96,7 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
         context = ray.init(address=address, log_to_driver=True, logging_level=level)
         started = False
     else:
-        os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))  # the local workers inherit it
+        apply_wait_policy(cfg.scaling)  # the local workers inherit it
         # Ray Train's preemption watcher (an actor polling for nodes being drained) has nothing to
         # watch on a node this process starts and ends: no autoscaler drains it. A user's value wins.
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
@@ -239,12 +242,16 @@ class RunDriver:
         self._error: BaseException | None = None
         self._written = 0  # events drained from the control actor and written
         self._scorer: Any = None  # the reward the pool runs, also handed to the ranks (pool.placement)
+        self._wait_policy_from = REMOTE_WAIT_POLICY
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
         status, error = "failed", None
         try:
             started_ray = init_ray(self.cfg, self.console)
+            self._wait_policy_from = (
+                apply_wait_policy(self.cfg.scaling) if started_ray else REMOTE_WAIT_POLICY
+            )
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             self._scorer = self.task.scorer()
@@ -288,6 +295,7 @@ class RunDriver:
             prompt_format=prompt_format(self.cfg),
             torch_threads=self.cfg.scaling.torch_threads,
             sampling_threads=self.cfg.scaling.sampling_threads,
+            omp_wait_policy_from=self._wait_policy_from,
             rollouts_every=self.cfg.logging.rollouts_every,
             rollout_groups=self.cfg.logging.rollout_groups,
         )

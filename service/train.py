@@ -22,12 +22,11 @@ live run; the lock of a run that was killed is taken over with a line saying who
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 
 from actors.pool.config import PoolConfig
-from actors.run.omp_env import wait_policy_env
+from actors.run.omp_env import apply_wait_policy
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
@@ -119,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.run.backend == "local" and "torch" not in sys.modules:
         # The loop runs in this process: its OpenMP must wait as the config says, and OpenMP reads
         # the policy once, when torch loads it (the preflight may), so it is set before anything.
-        os.environ.update(wait_policy_env(cfg.scaling.omp_wait_policy))
+        apply_wait_policy(cfg.scaling)
     try:
         task, eval_set, train_pairs, pool = preflight(cfg, console.header)
     except (ConfigError, ValueError) as exc:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 import tiers
+
+# The suite runs several processes on the machine's cores at once (xdist workers, Ray, whole runs):
+# a node shared with other work, which is what OpenMP's passive wait is for. Set before anything
+# loads torch; `scaling.omp_wait_policy: auto` keeps what it finds here, and a test of the default
+# rule takes these out of its run's environment.
+SUITE_WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+for _name, _value in SUITE_WAIT_POLICY.items():
+    os.environ.setdefault(_name, _value)
 
 pytest_plugins = ["thread_guard"]  # its hooks: per test, which threads started; at exit, the leaked ones
 

@@ -68,6 +68,7 @@ class LoopSpec:
     prompt_format: PromptFormat = PromptFormat()  # how an hf policy's tokenizer renders prompts
     torch_threads: int | None = None  # None: the node's cores shared among its trainer workers
     sampling_threads: int | str | None = None  # None: the rule; "auto": timed (`actors.run.threads`)
+    omp_wait_policy_from: str | None = None  # why the driver set OpenMP's wait policy as it did
     scorer: Any = None  # the pool's scorer, for scoring in process (pool.placement auto | inline)
     reward_token_ids: bool = False  # the rewards take each completion's token ids (TRL's completion_ids)
     rollouts_every: int = 0  # GRPO steps between recorded training completions (0: none)
@@ -133,6 +134,7 @@ class WorkerLoop:
         self.rank, self.world = context.rank, context.world_size
         self.device = context.device
         threads = apply_threads(spec.torch_threads, context.local_world_size)
+        threads["omp_wait_policy_from"] = spec.omp_wait_policy_from
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)

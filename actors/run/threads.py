@@ -1,11 +1,9 @@
-"""A trainer worker's CPU threads: how many torch uses, and how OpenMP's idle threads wait.
+"""A trainer worker's CPU threads: how many torch uses, and how it decodes.
 
-OpenMP's threads spin between parallel regions by default; on a machine where another process
-wants the core (a reward worker, another job) a spinning thread holds it, and the worker slows
-down several-fold. A passive wait policy puts idle threads to sleep instead. The policy is read
-when the OpenMP runtime loads, so it must be in the environment of the process before torch is
-imported: the driver sets it before starting a local Ray (whose workers inherit it); on a remote
-cluster it belongs in the job's runtime_env.
+How OpenMP's idle threads wait (a short spin, or sleep at once) is read when the OpenMP runtime
+loads, so it is set in the environment before torch is imported: by the driver before it starts a
+local Ray (whose workers inherit it), or in the job's runtime_env on a remote cluster
+(`actors.run.omp_env`, which chooses it). This module records what the worker got.
 """
 
 from __future__ import annotations
@@ -15,27 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from actors.run.omp_env import default_threads, usable_cores
+
 if TYPE_CHECKING:
     from trainer.engine import Trainer
 
 RECORDED_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT")
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity), which can be fewer than the machine has."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def default_threads(workers_on_node: int) -> int:
-    """The node's cores shared among its trainer workers (at least one thread each).
-
-    Reward workers are not counted: they are idle most of a step and, with the passive wait
-    policy, take a core only while they score.
-    """
-    return max(1, usable_cores() // max(1, workers_on_node))
 
 
 def apply_threads(threads: int | None, workers_on_node: int) -> dict[str, Any]:

@@ -10,10 +10,10 @@ the last row run is the `grpo_completions_per_s_default` headline.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from actors.run.omp_env import wait_policy_env
-from actors.run.threads import default_threads
+from actors.run.omp_env import default_threads, resolve_wait_policy
 from service.config import ScalingConfig
 from service.presets import PRESETS
 from trainer.compile import compile_unsupported_reason
@@ -31,6 +31,11 @@ def shipped_settings(device: str) -> dict[str, Any]:
         {k: v for k, v in PRESETS["demo"].items() if k in TrainerConfig.model_fields}
     )
     scaling = ScalingConfig.model_validate(PRESETS["demo"].get("scaling", {}))
+    threads = scaling.torch_threads or default_threads(scaling.num_workers)
+    env, why = resolve_wait_policy(
+        scaling.omp_wait_policy, workers_on_node=scaling.num_workers, torch_threads=scaling.torch_threads
+    )
+    waits = {**os.environ, **env}.get("OMP_WAIT_POLICY", "").lower() or "OpenMP's own"  # in the trials
     dtype, reason = resolve_dtype(demo.precision.dtype, device, getattr(demo.model, "n_embd", None))
     compilable = compile_unsupported_reason(device) is None
     return {
@@ -39,10 +44,12 @@ def shipped_settings(device: str) -> dict[str, Any]:
         "precision_reason": reason,
         "model.compile": demo.model.compile and compilable,
         "sampling.compile": demo.sampling.compile and compilable,
-        "torch_threads": scaling.torch_threads or default_threads(scaling.num_workers),
+        "torch_threads": threads,
         "omp_wait_policy": scaling.omp_wait_policy,
+        "omp_wait_policy_from": why,
+        "waits": waits,  # passive, active or OpenMP's own
         "sampling_threads": scaling.sampling_threads or "rule",  # unset: `actors.run.threads`' rule
-        "env": wait_policy_env(scaling.omp_wait_policy),
+        "env": env,
     }
 
 
@@ -78,12 +85,14 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
         options = {**options, "env": ship["env"], "threads": ship["torch_threads"]}
         rows.append(
             (
-                f"+ threads as shipped ({ship['torch_threads']}, OpenMP {ship['omp_wait_policy']} wait)",
+                f"+ threads as shipped ({ship['torch_threads']}, {ship['waits']} wait)",
                 {},
                 dict(options),
             )
         )
-    if device == "cpu" and ship["torch_threads"] > 1:
+    # the rule decodes on fewer threads than torch_threads only under a passive wait
+    decoding_differs = ship["sampling_threads"] != "rule" or ship["waits"] == "passive"
+    if device == "cpu" and ship["torch_threads"] > 1 and decoding_differs:
         options = {**options, "sampling_threads": ship["sampling_threads"]}
         what = {"rule": "one for a small decode step", "auto": "timed at start"}.get(
             ship["sampling_threads"], str(ship["sampling_threads"])

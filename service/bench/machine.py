@@ -12,6 +12,8 @@ from typing import Any
 import numpy
 import torch
 
+from actors.run.omp_env import usable_cores
+
 
 def cpu_model() -> str:
     """The CPU's model name as Linux reports it (platform.processor() elsewhere)."""
@@ -32,14 +34,6 @@ def memory_gib() -> float | None:
     except OSError:
         pass
     return None
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity), which can be fewer than the machine has."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def load_average() -> list[float] | None:

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from service.bench.grpo import GRPOPlan, Runner, reference_config, with_updates
-from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows
+from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows, shipped_settings
 from service.bench.hf import HFPlan, bench_rates
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import median
@@ -81,12 +81,14 @@ def _peer_run(plan: PeerPlan) -> dict[str, Any]:
 
 
 def _builtin_trials(runner: Runner, base: dict[str, Any], device: str, threads: int) -> dict[str, dict]:
-    """The reference and shipped rows, from a fresh policy, every completion to its full length."""
+    """The reference and shipped rows, from a fresh policy, every completion to its full length.
+    Where the shipped settings add nothing to the reference here, it is one trial (`SHIPPED` absent)."""
     later, _, default = shipped_rows(device, threads, unshipped=False)
     rows = {name: (updates, options) for name, updates, options in reference_rows() + later}
+    pairs = ((REFERENCE, REFERENCE_ROW),) + (((SHIPPED, default),) if default != REFERENCE_ROW else ())
     return {
         name: runner.kwargs(with_updates(base, rows[row][0]), rows[row][1], warm=False, fixed_length=True)
-        for name, row in ((REFERENCE, REFERENCE_ROW), (SHIPPED, default))
+        for name, row in pairs
     }
 
 
@@ -111,7 +113,16 @@ def bench_peer(plan: PeerPlan, grpo: GRPOPlan) -> dict[str, Any]:
         for name, result in runner.run_round(trials).items():
             ours.setdefault(name, []).append(result)
         hf.append(median(bench_rates(plan.ours, policies=("hf",), fixed_length=True)["hf"]))
-    return _fill(section, peer, {k: Runner.merge(v) for k, v in ours.items()}, hf, plan.ours.max_new_tokens)
+    merged = {k: Runner.merge(v) for k, v in ours.items()}
+    if SHIPPED not in trials:
+        merged[SHIPPED] = merged[REFERENCE]
+        ship = shipped_settings(device)
+        section["notes"].append(
+            f"The shipped settings add nothing to the fp32 reference here ({ship['precision']}, no compile, "
+            f"{ship['torch_threads']} torch threads, {ship['waits']} wait, decoding on every thread): one "
+            "trial gives both rows."
+        )
+    return _fill(section, peer, merged, hf, plan.ours.max_new_tokens)
 
 
 def _fill(

@@ -36,9 +36,11 @@ def _steps(run_dir: Path, name: str) -> list[int]:
 
 def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     run_dir = tmp_path / "smoke"
-    # The Quickstart's own run: it starts its own Ray, with the settings it gives its workers.
+    # The Quickstart's own run: it starts its own Ray, with the settings it gives its workers
+    # (OpenMP's wait by the default rule, not the suite's passive one).
+    env = {k: v for k, v in child_env().items() if k not in ("OMP_WAIT_POLICY", "KMP_BLOCKTIME")}
     result, wall = _train(
-        "--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.name=smoke-test", env=child_env()
+        "--preset", "smoke", "--run-dir", str(run_dir), "--set", "run.name=smoke-test", env=env
     )
     logs = result.stdout + result.stderr
     assert result.returncode == 0, logs[-4000:]
@@ -51,9 +53,15 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     assert config["precision"]["dtype"] == "auto"
     runtime = json.loads((run_dir / "runtime.json").read_text())  # what "auto" and the defaults became
     assert runtime["precision"] in ("fp32", "bf16") and runtime["precision_reason"].startswith("auto")
-    assert runtime["torch_threads"] >= 1 and runtime["OMP_WAIT_POLICY"] == "PASSIVE"
-    if runtime["torch_threads"] > 1:  # the smoke model's decode step is small: one thread, by the rule
-        assert runtime["sampling_threads"] == 1 and runtime["sampling_threads_from"].startswith("rule: ")
+    threads, cores = runtime["torch_threads"], runtime["usable_cores"]
+    assert threads == cores and runtime["OMP_WAIT_POLICY"] is None  # one worker: the cores, OpenMP's own wait
+    assert (
+        runtime["omp_wait_policy_from"]
+        == f"auto: {threads} trainer threads on {cores} cores: OpenMP's own wait"
+    )
+    assert (
+        runtime["sampling_threads"] == threads
+    )  # the rule gives one decode thread only under a passive wait
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, total + 1))  # one global counter

@@ -42,12 +42,14 @@ def shared_env(**extra: str) -> dict[str, str]:
     drivers turn off Ray Train's preemption watcher as such a run does (Ray Train passes the
     driver's value on): the runs here behave as on their own Ray, less its start and stop.
     """
-    from actors.run.omp_env import wait_policy_env
+    from actors.run.omp_env import resolve_wait_policy
     from service.config import ScalingConfig
     from service.driver import PREEMPTION_WATCHER_ENV
 
     if not _shared:
-        head_env = wait_policy_env(ScalingConfig().omp_wait_policy)
+        head_env, _ = resolve_wait_policy(
+            ScalingConfig().omp_wait_policy, workers_on_node=1, torch_threads=None
+        )
         _shared.append(start_token_head(SHARED_HEAD_CPUS, dashboard=False, env=head_env))
     return {**child_env(), **_shared[0].driver_env(), PREEMPTION_WATCHER_ENV: "0", **extra}
 

@@ -26,7 +26,7 @@ def test_wait_policies():
     assert wait_policy_env("inherit") == {}
     with pytest.raises(ValueError, match="omp_wait_policy"):
         wait_policy_env("spin")
-    assert ScalingConfig().omp_wait_policy == "passive" and ScalingConfig().torch_threads is None
+    assert ScalingConfig().omp_wait_policy == "auto" and ScalingConfig().torch_threads is None
 
 
 def test_threads_default_to_the_cores_shared_among_the_node_workers():

@@ -62,16 +62,30 @@ def test_the_peer_runs_through_the_fixed_length_wrapper(monkeypatch):
     assert args[args.index("--max-completion-length") + 1] == "64"
 
 
-def test_shipped_rows_follow_the_hardware(monkeypatch):
+def test_shipped_rows_follow_the_wait_policy(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    # 2 trainer threads on 2 cores: OpenMP's own wait, decoding on both threads: nothing added
+    monkeypatch.setattr("actors.run.omp_env.usable_cores", lambda: 2)
+    assert grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)[0] == []
+    assert grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)[2] == grpo_rows.REFERENCE_ROW
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=False)
-    names = [r[0] for r in rows]
-    assert names[0].startswith("+ threads as shipped") and default == names[-1]
-    assert rows[0][2]["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
-    if grpo_rows.shipped_settings("cpu")["torch_threads"] > 1:  # decoding's threads by the shipped rule
-        assert names[1] == "+ decode threads as shipped (one for a small decode step)" and len(names) == 2
-        assert rows[1][2]["sampling_threads"] == "rule" and rows[1][2]["env"] == rows[0][2]["env"]
+    assert [r[0] for r in rows] == ["+ threads as shipped (2, OpenMP's own wait)"] and default == rows[0][0]
+    assert rows[0][2]["env"] == {} and rows[0][2]["threads"] == 2
     assert any("no native bf16" in n for n in notes)
+    # a passive wait where the trials run: the rule decodes a small model on one thread
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    rows, _, default = grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)
+    assert [r[0] for r in rows] == ["+ decode threads as shipped (one for a small decode step)"]
+    assert rows[0][2]["sampling_threads"] == "rule" and default == rows[0][0]
+    # one core: one thread, so nothing to wait for and nothing to decode on fewer threads
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr("actors.run.omp_env.usable_cores", lambda: 1)
+    rows, _, _ = grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)
+    assert [r[0] for r in rows] == ["+ threads as shipped (1, OpenMP's own wait)"]
+
+
+def test_shipped_rows_follow_the_hardware(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
     # the demo's model is narrower than AMX_MIN_WIDTH: bf16 is measured last and not shipped
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)
