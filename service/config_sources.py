@@ -36,7 +36,22 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of sections, got {type(data).__name__}")
+    if (bad := _non_text_key(data)) is not None:
+        key, where = bad
+        raise ConfigError(f"--config {path}: every key must be text, got {key!r}{where}")
     return data
+
+
+def _non_text_key(data: Mapping[Any, Any], prefix: str = "") -> tuple[Any, str] | None:
+    """The first key that is not text (YAML reads `?`, `1:` or `null:` as such), and where it is."""
+    for key, value in data.items():
+        if not isinstance(key, str):
+            return key, f" in {prefix}" if prefix else ""
+        if isinstance(value, Mapping) and (
+            bad := _non_text_key(value, f"{prefix}{'.' if prefix else ''}{key}")
+        ):
+            return bad
+    return None
 
 
 def parse_override(override: str, root: type[BaseModel]) -> tuple[str, Any]:

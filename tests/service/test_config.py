@@ -126,7 +126,13 @@ def test_unknown_key_in_a_file_lists_the_allowed_keys(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"), [("- 1\n- 2\n", "expected a mapping"), ("a: [1,\n", "not valid YAML")]
+    ("text", "expected"),
+    [
+        ("- 1\n- 2\n", "expected a mapping"),
+        ("a: [1,\n", "not valid YAML"),
+        ("?\n", "every key must be text, got None$"),  # YAML's empty key: {None: None}
+        ("sampling:\n  1: 2\n", "every key must be text, got 1 in sampling$"),
+    ],
 )
 def test_a_file_that_is_not_a_config(tmp_path, text, expected):
     file = tmp_path / "c.yaml"
