@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import tiers
+from hypothesis import settings
 
 # The suite runs several processes on the machine's cores at once (xdist workers, Ray, whole runs):
 # a node shared with other work, which is what OpenMP's passive wait is for. Set before anything
@@ -15,6 +16,12 @@ import tiers
 SUITE_WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 for _name, _value in SUITE_WAIT_POLICY.items():
     os.environ.setdefault(_name, _value)
+
+# Property tests (Hypothesis) draw new examples on every run here, to find what no one wrote down;
+# under `.ci/run` (HYPOTHESIS_PROFILE=ci) they draw the same ones each time, so a run that lands
+# is decided by the code, not by the draw. A failure prints the example to reproduce it.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 pytest_plugins = ["thread_guard"]  # its hooks: per test, which threads started; at exit, the leaked ones
 
