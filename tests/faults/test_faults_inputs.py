@@ -86,7 +86,8 @@ def assert_accepted_or_one_line(call: typing.Callable[[], ServiceConfig], keys: 
     except ConfigError as exc:
         message = str(exc)
         assert message and "\n" not in message and "\r" not in message, repr(message)
-        named = set(_DOTTED.findall(message)) & (SCHEMA_PATHS | set(keys))
+        known = SCHEMA_PATHS | set(keys)  # or an entry of a map key: 'pool.resources.gpu_a'
+        named = {k for k in _DOTTED.findall(message) if k in known or k.rpartition(".")[0] in known}
         assert named or message.startswith(("--config ", "--set ")), f"names no key: {message!r}"
     else:
         assert isinstance(cfg, ServiceConfig)
