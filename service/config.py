@@ -56,8 +56,9 @@ class ScalingConfig(Frozen):
         description="how OpenMP's idle threads wait: auto keeps OpenMP's own short spin unless the trainer "
         "workers' threads outnumber the node's cores (then passive), and leaves an OMP_WAIT_POLICY already "
         "in the environment; passive sleeps at once (OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0: for a node "
-        "shared with other jobs); active spins; inherit leaves the environment as it is. Set by the driver "
-        "for a local cluster; on a remote one it belongs in the job's runtime_env",
+        "shared with other jobs); active spins; inherit leaves the environment as it is. The driver sets it "
+        "for the local Ray it starts; on a cluster it joins, passive and active go into the trainer workers' "
+        "runtime_env, and auto and inherit leave the cluster's environment",
     )
     resources_per_worker: dict[str, float] = Field(
         default_factory=dict,

@@ -28,7 +28,7 @@ import ray
 from actors.pool.reward_pool import RewardPool
 from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec
-from actors.run.omp_env import apply_wait_policy
+from actors.run.omp_env import apply_wait_policy, cluster_wait_policy
 from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
@@ -72,9 +72,6 @@ def local_node_labels(cfg: ServiceConfig) -> dict[str, str]:
     labels = dict(cfg.scaling.label_selector)
     labels.update(cfg.pool.label_selector)
     return {k: v for k, v in labels.items() if not v.startswith("!") and not v.endswith(")")}
-
-
-REMOTE_WAIT_POLICY = "the cluster's workers' environment (on a remote cluster it is the job's runtime_env)"
 
 
 def init_ray(cfg: ServiceConfig, console: Console) -> bool:
@@ -129,18 +126,25 @@ def _warn_if_short(cfg: ServiceConfig, console: Console) -> None:
         console.warning(f"the run asks for {asked}; the cluster has {has} now (waiting for more)")
 
 
-def build_run(cfg: ServiceConfig, spec: LoopSpec, control: Any, console: Console) -> Any:
+def build_run(
+    cfg: ServiceConfig,
+    spec: LoopSpec,
+    control: Any,
+    console: Console,
+    worker_env: dict[str, str] | None = None,
+) -> Any:
     """What the run's thread calls `fit()` on: Ray Train's TorchTrainer, or with `run.backend: local`
-    the loop in this process (`service.run_backend`: no Ray Train controller or worker actors)."""
+    the loop in this process (`service.run_backend`: no Ray Train controller or worker actors).
+    worker_env: variables for the trainer workers' runtime_env (OpenMP's, on a cluster joined)."""
     root = checkpoint_root(cfg)
     if cfg.run.backend == "local":
         return local_run(cfg, spec, control, console, root)
     if problem := local_checkpoints_problem(root):
         raise ConfigError(problem)
-    return build_trainer(cfg, spec, control)
+    return build_trainer(cfg, spec, control, worker_env)
 
 
-def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
+def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any, worker_env: dict[str, str] | None = None):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -165,6 +169,7 @@ def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any):
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.checkpoint.keep_last),
             logging_config=LoggingConfig(log_level="WARNING"),
+            worker_runtime_env={"env_vars": dict(worker_env)} if worker_env else None,
         ),
     )
 
@@ -242,16 +247,18 @@ class RunDriver:
         self._error: BaseException | None = None
         self._written = 0  # events drained from the control actor and written
         self._scorer: Any = None  # the reward the pool runs, also handed to the ranks (pool.placement)
-        self._wait_policy_from = REMOTE_WAIT_POLICY
+        self._wait_policy_from: str | None = None  # why OpenMP waits as it does in the trainer workers
+        self._worker_env: dict[str, str] = {}  # their environment on a cluster this process joined
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
         status, error = "failed", None
         try:
             started_ray = init_ray(self.cfg, self.console)
-            self._wait_policy_from = (
-                apply_wait_policy(self.cfg.scaling) if started_ray else REMOTE_WAIT_POLICY
-            )
+            if started_ray or self.cfg.run.backend == "local":  # the trainer has this process's policy
+                self._wait_policy_from = apply_wait_policy(self.cfg.scaling)
+            else:
+                self._worker_env, self._wait_policy_from = cluster_wait_policy(self.cfg.scaling)
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             self._scorer = self.task.scorer()
@@ -299,7 +306,7 @@ class RunDriver:
             rollouts_every=self.cfg.logging.rollouts_every,
             rollout_groups=self.cfg.logging.rollout_groups,
         )
-        trainer = build_run(self.cfg, spec, control, self.console)
+        trainer = build_run(self.cfg, spec, control, self.console, self._worker_env)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)
         thread.start()
         stop_sent = False

@@ -68,6 +68,16 @@ def resolve_wait_policy(
     return {}, f"auto: {threads} trainer threads on {cores} cores: OpenMP's own wait"
 
 
+def cluster_wait_policy(scaling: Any) -> tuple[dict[str, str], str]:
+    """On a cluster this process joined: the trainer workers' environment (their runtime_env) and
+    why. A named policy is set there; `auto` and `inherit` leave the cluster's own environment,
+    since the cores of the nodes the trainers will land on are not known here."""
+    policy = scaling.omp_wait_policy
+    if policy in ("passive", "active"):
+        return wait_policy_env(policy), f"scaling.omp_wait_policy={policy} (the trainer workers' runtime_env)"
+    return {}, f"{policy}: the cluster's environment (an OMP_WAIT_POLICY in the job's runtime_env decides)"
+
+
 _APPLIED: dict[tuple[str, int, int | None], str] = {}  # what this process set, and why
 
 

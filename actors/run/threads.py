@@ -2,7 +2,7 @@
 
 How OpenMP's idle threads wait (a short spin, or sleep at once) is read when the OpenMP runtime
 loads, so it is set in the environment before torch is imported: by the driver before it starts a
-local Ray (whose workers inherit it), or in the job's runtime_env on a remote cluster
+local Ray (whose workers inherit it), or in the trainer workers' runtime_env on a cluster it joins
 (`actors.run.omp_env`, which chooses it). This module records what the worker got.
 """
 

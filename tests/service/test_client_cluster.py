@@ -142,7 +142,12 @@ def smoke_run(
 ) -> WatchedRun:
     """A smoke run through the client, watched to its end (the CLI's run, started first, overlaps it)."""
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    run_id = client.submit(preset="smoke", run_id=_unique("smoke"), run_dir=run_dir, working_dir=REPO)
+    # A named wait policy on a cluster joined reaches the trainer workers through their runtime_env,
+    # merged with the job's (its uploaded working_dir still imports).
+    run_id = client.submit(
+        preset="smoke", run_id=_unique("smoke"), run_dir=run_dir, working_dir=REPO,
+        overrides=["scaling.omp_wait_policy=passive"],
+    )  # fmt: skip
     seen, final = _watch(client, run_id, RUN_TIMEOUT_S)
     metrics_text = _scrape_until_exported(ray_token_head.metrics_url, run_id)
     return WatchedRun(run_id, run_dir, seen, final, metrics_text)
@@ -164,6 +169,12 @@ def test_client_watches_a_smoke_run_through_its_phases_to_success(smoke_run: Wat
 def test_run_directory_holds_the_records(smoke_run: WatchedRun):
     summary = json.loads((smoke_run.run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["steps"] == smoke_run.final.total_steps
+    runtime = json.loads((smoke_run.run_dir / "runtime.json").read_text())
+    assert runtime["OMP_WAIT_POLICY"] == "PASSIVE", runtime
+    assert (
+        runtime["omp_wait_policy_from"]
+        == "scaling.omp_wait_policy=passive (the trainer workers' runtime_env)"
+    )
 
 
 def test_logs_whole_and_followed(client: TrainingClient, smoke_run: WatchedRun):

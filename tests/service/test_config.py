@@ -289,3 +289,12 @@ def test_the_chess_keys_written_under_data_load_where_they_are_now(tmp_path):
         ConfigError, match=r"^data.min_plies is now task.min_plies, read by the fen and move tasks only"
     ):
         validate_config({**resolved, "data": {**resolved["data"], "min_plies": 3}})
+
+
+def test_ray_trains_workers_get_the_wait_policys_environment_on_a_cluster_joined():
+    from service.driver import build_trainer
+
+    cfg = load_config("smoke", None, ["run.name=omp", "run.run_dir=/tmp/omp-env-run"])
+    passive = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+    assert build_trainer(cfg, None, None, passive).run_config.worker_runtime_env == {"env_vars": passive}
+    assert not build_trainer(cfg, None, None, {}).run_config.worker_runtime_env

@@ -58,3 +58,10 @@ def test_a_process_applies_its_policy_once_and_keeps_the_first_reason(monkeypatc
         first == "auto: 4 trainer threads on 2 cores: passive" and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     )
     assert omp_env.apply_wait_policy(scaling) == first  # not "from the environment"
+
+
+def test_on_a_cluster_joined_a_named_policy_goes_to_the_trainer_workers_and_auto_leaves_the_cluster_alone():
+    env, why = omp_env.cluster_wait_policy(ScalingConfig(omp_wait_policy="passive"))
+    assert env == PASSIVE and why == "scaling.omp_wait_policy=passive (the trainer workers' runtime_env)"
+    env, why = omp_env.cluster_wait_policy(ScalingConfig())
+    assert env == {} and why.startswith("auto: the cluster's environment")
