@@ -20,7 +20,6 @@ WAIT_POLICY_ENV: dict[str, dict[str, str]] = {
     "active": {"OMP_WAIT_POLICY": "ACTIVE"},
     "inherit": {},
 }
-POLICIES = ("auto", *WAIT_POLICY_ENV)
 
 
 def usable_cores() -> int:

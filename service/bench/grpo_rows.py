@@ -32,7 +32,7 @@ def shipped_settings(device: str) -> dict[str, Any]:
     )
     scaling = ScalingConfig.model_validate(PRESETS["demo"].get("scaling", {}))
     threads = scaling.torch_threads or default_threads(scaling.num_workers)
-    env, why = resolve_wait_policy(
+    env, _ = resolve_wait_policy(
         scaling.omp_wait_policy, workers_on_node=scaling.num_workers, torch_threads=scaling.torch_threads
     )
     waits = {**os.environ, **env}.get("OMP_WAIT_POLICY", "").lower() or "OpenMP's own"  # in the trials
@@ -46,7 +46,6 @@ def shipped_settings(device: str) -> dict[str, Any]:
         "sampling.compile": demo.sampling.compile and compilable,
         "torch_threads": threads,
         "omp_wait_policy": scaling.omp_wait_policy,
-        "omp_wait_policy_from": why,
         "waits": waits,  # passive, active or OpenMP's own
         "sampling_threads": scaling.sampling_threads or "rule",  # unset: `actors.run.threads`' rule
         "env": env,
