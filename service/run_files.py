@@ -50,8 +50,11 @@ def json_safe(value: Any) -> Any:
 def describe_runtime(runtime: Mapping[str, Any]) -> str:
     """One line of runtime.json: 'fp32 (auto: ...), compile off/on, 2 torch threads, OMP_WAIT_POLICY=PASSIVE'."""
     compiled = [k.removesuffix("_compile") for k in ("model_compile", "sampling_compile") if runtime.get(k)]
+    decoding = runtime.get("sampling_precision")
+    differs = f", decoding in {decoding}" if decoding and decoding != runtime.get("precision") else ""
+    attention = f", {runtime['attention']} attention" if runtime.get("attention") else ""
     return (
-        f"{runtime.get('precision')} ({runtime.get('precision_reason')}), "
+        f"{runtime.get('precision')} ({runtime.get('precision_reason')}){differs}{attention}, "
         f"compile {'+'.join(compiled) if compiled else 'off'}, {runtime.get('torch_threads')} torch threads, "
         f"OMP_WAIT_POLICY={runtime.get('OMP_WAIT_POLICY') or 'unset'}"
     )

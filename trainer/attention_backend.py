@@ -1,4 +1,4 @@
-"""Which fused attention kernels torch may pick on CUDA: not cuDNN's.
+"""Which attention a run computes with: the policy's implementation, and on CUDA not cuDNN's kernel.
 
 A GRPO step attends over shapes that keep changing: the KV cache grows by one column per decoded
 token, and every micro-batch has its own prompt and completion lengths. torch's cuDNN attention
@@ -11,10 +11,27 @@ memory-efficient attention, which need no plan, and the same step's sampling too
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from trainer.policy.attention import resolve_attention
 
 
 def configure_attention(device: torch.device) -> None:
     """On CUDA, leave cuDNN's attention out of torch's scaled_dot_product_attention choices."""
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+def configure_policy_attention(
+    policy: Any, model_cfg: Any, device: torch.device, dtype: str
+) -> dict[str, str]:
+    """Give the policy the attention `model.attn_implementation` resolves to on `device` computing
+    in `dtype` (`trainer.policy.attention`); {"attention", "attention_reason"} for the record.
+    A policy object without `set_attention` (one a caller built itself) is left as it is."""
+    if not hasattr(policy, "set_attention"):
+        return {}
+    implementation, reason = resolve_attention(model_cfg.attn_implementation, device, dtype)
+    policy.set_attention(implementation)
+    return {"attention": implementation, "attention_reason": reason}

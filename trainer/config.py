@@ -70,6 +70,12 @@ class SamplingConfig(Frozen):
         False, description="torch.compile the decode step (CUDA cc>=7, or CPU with a C++ compiler)"
     )
     cuda_graphs: bool = Field(False, description="CUDA graphs for the decode step (needs compile)")
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="what decoding (sampling and evaluation) computes in; auto: the run's precision.dtype, but "
+        "fp32 on a CPU for a model under 256 wide, where a decode step's small matmuls gain less from bf16 than "
+        "its casts cost; the choice is recorded in runtime.json",
+    )
 
 
 class GRPOConfig(Frozen):
@@ -256,7 +262,8 @@ class PrecisionConfig(Frozen):
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
         description="auto: bf16 where the hardware computes it faster (a CUDA GPU with bf16; a CPU with "
-        "AMX tiles and a model at least 256 wide), else fp32; the choice is recorded in the run's runtime.json",
+        "AMX tiles and a model at least 256 wide; a CPU with AVX512-BF16 whose bf16 matmuls at the model's "
+        "width time at least 2x fp32's), else fp32; the choice and why are recorded in the run's runtime.json",
     )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.attention_backend import configure_attention
+from trainer.attention_backend import configure_attention, configure_policy_attention
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, gather_json, rank_and_world, reduce_on, shard
@@ -40,7 +40,7 @@ from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
 from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.precision import Precision, configure_tf32
+from trainer.precision import Precision, configure_tf32, decoding_precision
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.rollouts import (
     completion_texts,
@@ -96,6 +96,8 @@ class Trainer:
         configure_tf32(cfg.precision, self.device)
         configure_attention(self.device)
         self.precision = Precision(cfg.precision, self.device, self.policy.width)
+        self.sampling_precision = decoding_precision(cfg, self.precision, self.device, self.policy.width)
+        self.attention = configure_policy_attention(self.policy, cfg.model, self.device, self.precision.dtype)
         self.model: nn.Module = self.policy.module.to(self.device)
         wrapped: nn.Module = self.model
         if self.world > 1:
@@ -204,7 +206,7 @@ class Trainer:
         """Time a short greedy decode of `prompt` under each thread count, and sample with the
         fastest from now on (`trainer.sampling.decode_threads`)."""
         ids = self.tokenizer.encode_prompt(prompt)
-        with self.precision.autocast():
+        with self.sampling_precision.autocast():
             chosen = time_decode_threads(self.policy, ids, self.cfg.sampling, candidates)
         self.sampling_threads = chosen.threads
         return chosen

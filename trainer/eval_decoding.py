@@ -93,7 +93,7 @@ def _complete(
     ids: list[list[int]] = []
     for chunk in _chunks(pairs, max(1, EVAL_PROMPTS_PER_BATCH // k)):
         prompts = [trainer.tokenizer.encode_prompt(p.prompt) for p in chunk]
-        with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
+        with trainer.sampling_precision.autocast(), torch_threads(trainer.sampling_threads):
             rollout = generate(trainer.policy, prompts, cfg, generator=generator, greedy=greedy)
         rollout, texts = trainer.completions(rollout)
         completions.extend(texts)

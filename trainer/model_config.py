@@ -41,6 +41,12 @@ class _ModelBase(Frozen):
     compile: bool = Field(
         False, description="torch.compile the training forward (CUDA cc>=7, or CPU with a C++ compiler)"
     )
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
+        "auto",
+        description="attention kernel: sdpa, torch's fused one; eager, explicit matmuls; flash_attention_2 (hf "
+        "only, needs flash-attn on a GPU); auto: eager on a CPU computing in bf16 or fp16, where the fused "
+        "kernel is slow, else sdpa",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -84,6 +90,11 @@ class BuiltinModelConfig(_ModelBase):
 
     @model_validator(mode="after")
     def _check_heads(self) -> BuiltinModelConfig:
+        if self.attn_implementation == "flash_attention_2":
+            raise ValueError(
+                "model.attn_implementation=flash_attention_2 is for model.source=hf; "
+                "the built-in GPT takes auto, sdpa or eager"
+            )
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         return self
@@ -100,9 +111,6 @@ class HFModelConfig(_ModelBase):
     )
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit)")
     trust_remote_code: bool = Field(False, description="allow a model's own Python code to run")
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
-        "sdpa", description="attention kernel (flash_attention_2 needs flash-attn, on GPUs)"
-    )
     lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of every weight (peft)")
     adapter_path: str | None = Field(None, description="a saved peft adapter to start from")
     reference: Literal["base", "adapter"] = Field(
@@ -132,7 +140,6 @@ _OTHER_MODEL_KEYS = {
         "path",
         "revision",
         "trust_remote_code",
-        "attn_implementation",
         "lora",
         "adapter_path",
         "reference",

@@ -1,13 +1,15 @@
 """Numerics of the forward and backward passes: autocast, the fp16 GradScaler, TF32.
 
 - auto: bf16 where the device computes it faster, else fp32 (`resolve_dtype`): on CUDA a GPU
-  with bf16 support; on CPU only AMX-BF16's matrix tiles, and only for a model at least
-  `AMX_MIN_WIDTH` wide. Without AMX, bf16 matmuls are emulated (AVX2) or run on AVX512-BF16 dot
-  products, which measured no faster than fp32 on a GRPO step of the demo model on a 2-core AMD
-  EPYC with AVX512-BF16 (10.7k vs 10.9k tokens/s, the decode step 1.5x slower), so those CPUs
-  compute in fp32. With AMX, autocast's casts of activations cost O(rows x width) against the
-  matmuls' O(rows x width^2): on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x
-  fp32's speed in bf16, of a 256-wide one 1.34x, 384 1.53x, 512 1.93x.
+  with bf16 support; on a CPU with AMX-BF16's matrix tiles, a model at least `AMX_MIN_WIDTH`
+  wide (on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x fp32's speed in
+  bf16, of a 256-wide one 1.34x, 384 1.53x, 512 1.93x); on a CPU with AVX512-BF16 dot products
+  but no tiles, where bf16 matmuls of the model's width measure at least `MIN_BF16_SPEEDUP` times
+  fp32's (`bf16_matmul_speedup`, timed once per process). How fast those dot products are depends
+  on the core: on a 2-core AMD EPYC of the Zen 5 generation bf16 matmuls ran 4.4x fp32's and the
+  demo model's GRPO step 1.3x faster (with `model.attn_implementation: auto`'s explicit-matmul
+  attention; torch's fused CPU attention kernel is slow in bf16); on an earlier AMD EPYC a GRPO
+  step was no faster in bf16 (10.7k against 10.9k tokens/s).
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -28,8 +32,11 @@ from trainer.config import PrecisionConfig
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-FAST_BF16_CPU_FLAGS = ("amx_bf16",)  # matrix tiles; avx512_bf16 alone measured no faster than fp32
+FAST_BF16_CPU_FLAGS = ("amx_bf16",)  # matrix tiles
 AMX_MIN_WIDTH = 256  # hidden width from which bf16 on AMX beats fp32 (module docstring)
+MIN_BF16_SPEEDUP = 2.0  # bf16 over fp32 matmul speed from which `auto` takes bf16 on AVX512-BF16
+PROBE_WIDTH = 512  # the probe's width when the model's is not known
+CPU_BF16_DECODE_MIN_WIDTH = 256  # `sampling.dtype: auto` decodes narrower models in fp32 on a CPU
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,6 +49,29 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+@functools.lru_cache(maxsize=8)
+def bf16_matmul_speedup(width: int) -> float:
+    """How many times faster this CPU multiplies bf16 than fp32 matrices of a `width`-wide model's
+    MLP (`[1024, width] x [width, 4 * width]`), on torch's current threads: medians of 5 timings
+    each, alternating, after a warm-up. Tens of milliseconds at width 768."""
+    times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+    gen = torch.Generator().manual_seed(0)
+    pairs = {
+        dt: (
+            torch.randn(1024, width, generator=gen).to(dt),
+            torch.randn(width, 4 * width, generator=gen).to(dt),
+        )
+        for dt in times
+    }
+    for rep in range(6):
+        for dt, (a, b) in pairs.items():
+            began = time.perf_counter()
+            torch.mm(a, b)
+            if rep:  # the first round warms the kernels up
+                times[dt].append(time.perf_counter() - began)
+    return statistics.median(times[torch.float32]) / statistics.median(times[torch.bfloat16])
 
 
 def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = None) -> tuple[str, str]:
@@ -64,8 +94,35 @@ def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = No
             )
         return "bf16", f"auto: {tiles}"
     if "avx512_bf16" in flags:
-        return "fp32", "auto: the CPU has avx512_bf16 but no amx_bf16 (bf16 measured no faster there)"
+        w = width or PROBE_WIDTH
+        speedup = bf16_matmul_speedup(w)
+        measured = (
+            f"bf16 matmuls at width {w} measured {speedup:.1f}x fp32's on this CPU (avx512_bf16, no AMX)"
+        )
+        if speedup >= MIN_BF16_SPEEDUP:
+            return "bf16", f"auto: {measured}"
+        return "fp32", f"auto: {measured}, under the {MIN_BF16_SPEEDUP:g}x bf16 needs"
     return "fp32", "auto: the CPU has no native bf16 (no amx_bf16 / avx512_bf16)"
+
+
+def resolve_sampling_dtype(
+    setting: str, run_dtype: str, device: torch.device | str, width: int | None = None
+) -> tuple[str, str]:
+    """(the dtype decoding computes in, why): `sampling.dtype: auto` is the run's dtype, except fp32
+    on a CPU for a model narrower than `CPU_BF16_DECODE_MIN_WIDTH`. A decode step multiplies a
+    handful of rows by each weight, where bf16 gains little and autocast's casts of every
+    activation and cache write cost more: 64 decode steps of 64 rows on a 2-core AMD EPYC (Zen 5)
+    took 85 ms in bf16 against 69 in fp32 at width 128, 124 against 161 at 256, 238 against 512 at
+    512. The update's log-probs are its own forward's, so the ratio does not mix the two."""
+    if setting != "auto":
+        return setting, "set in the config"
+    narrow = width is not None and width < CPU_BF16_DECODE_MIN_WIDTH
+    if torch.device(device).type == "cpu" and run_dtype in ("bf16", "fp16") and narrow:
+        return "fp32", (
+            f"auto: the run computes in {run_dtype}, but on a CPU a model {width} wide "
+            f"(< {CPU_BF16_DECODE_MIN_WIDTH}) decodes faster in fp32"
+        )
+    return run_dtype, "auto: the run's precision"
 
 
 def configure_tf32(cfg: PrecisionConfig, device: torch.device) -> None:
@@ -82,13 +139,21 @@ def configure_tf32(cfg: PrecisionConfig, device: torch.device) -> None:
 class Precision:
     """The autocast context, loss scaling and unscaling for one `PrecisionConfig` on one device."""
 
-    def __init__(self, cfg: PrecisionConfig, device: torch.device | str, width: int | None = None) -> None:
-        """width: the model's hidden size, which `auto` weighs on a CPU with AMX (`resolve_dtype`)."""
+    def __init__(
+        self,
+        cfg: PrecisionConfig,
+        device: torch.device | str,
+        width: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """width: the model's hidden size, which `auto` weighs on a CPU (`resolve_dtype`). reason:
+        why cfg.dtype is what it is, where the caller resolved it (decoding's `sampling.dtype`)."""
         self.cfg = cfg
         self.device = torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"precision: device type must be 'cpu' or 'cuda', got {self.device.type!r}")
         self.dtype, self.reason = resolve_dtype(cfg.dtype, self.device, width)
+        self.reason = reason or self.reason
         if self.dtype == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ValueError(
                 "precision.dtype=bf16 needs a GPU with bfloat16 support (compute capability >= 8.0)"
@@ -126,3 +191,12 @@ class Precision:
         # A checkpoint written under bf16/fp32 has no scaler state: the fp16 scaler then starts fresh.
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def decoding_precision(cfg, run: Precision, device: torch.device, width: int | None) -> Precision:
+    """The precision decoding computes in (`sampling.dtype`, `resolve_sampling_dtype`); `run` itself
+    when it is the run's. cfg: a TrainerConfig."""
+    dtype, reason = resolve_sampling_dtype(cfg.sampling.dtype, run.dtype, device, width)
+    if dtype == run.dtype:
+        return run
+    return Precision(cfg.precision.model_copy(update={"dtype": dtype}), device, width, reason=reason)

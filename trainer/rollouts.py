@@ -41,7 +41,7 @@ def sample_pairs(
     rollouts, tickets = [], []
     for chunk, keys in _microbatches(trainer, pairs, first_index):
         prompts = [trainer.tokenizer.encode_prompt(p.prompt) for p in chunk]
-        with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
+        with trainer.sampling_precision.autocast(), torch_threads(trainer.sampling_threads):
             rollout = generate(
                 trainer.policy, prompts, cfg, row_keys=keys, stop_at_eos=not trainer.fixed_length
             )
@@ -98,7 +98,7 @@ def play_episode_chunks(
         EpisodeBatch([p.prompt for p in chunk], [getattr(p, "fields", None) or {} for p in chunk], k)
         for chunk, k in zip(chunks, keys, strict=True)
     ]
-    with trainer.precision.autocast(), torch_threads(trainer.sampling_threads):
+    with trainer.sampling_precision.autocast(), torch_threads(trainer.sampling_threads):
         return generate_episode_batches(
             trainer.policy, trainer.episodes, batches, cfg, trainer.stop, greedy=greedy
         )

@@ -82,6 +82,9 @@ def runtime_settings(trainer: Trainer) -> dict[str, Any]:
         "device": str(trainer.device),
         "precision": trainer.precision.dtype,
         "precision_reason": trainer.precision.reason,
+        "sampling_precision": trainer.sampling_precision.dtype,
+        "sampling_precision_reason": trainer.sampling_precision.reason,
+        **trainer.attention,  # the policy's attention kernel and why
         "model_compile": cfg.model.compile and compilable,
         "sampling_compile": cfg.sampling.compile and compilable,
         TRAIN_POLL_ENV: os.environ.get(TRAIN_POLL_ENV),  # how long a checkpoint may wait for Ray Train

@@ -7,6 +7,7 @@ from trainer.config import PrecisionConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.data.chess_games import Pair as P
 from trainer.engine import Trainer
+from trainer.grpo.reward_source import InlineRewards
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
@@ -79,14 +80,25 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     assert dtype == "fp32" and "128 wide" in reason
     assert Precision(PrecisionConfig(), "cpu", width=128).autocast_dtype is None
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(precision, "bf16_matmul_speedup", lambda width: 1.1)  # dot products no faster
+    dtype, reason = precision.resolve_dtype("auto", "cpu", width=128)
+    assert dtype == "fp32" and "measured 1.1x" in reason and "width 128" in reason
+    monkeypatch.setattr(precision, "bf16_matmul_speedup", lambda width: 4.4)  # full-width dot products
     dtype, reason = precision.resolve_dtype("auto", "cpu")
-    assert dtype == "fp32" and "no amx_bf16" in reason  # AVX512-BF16 alone: no faster than fp32
+    assert dtype == "bf16" and f"width {precision.PROBE_WIDTH} measured 4.4x" in reason
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     dtype, reason = precision.resolve_dtype("auto", "cpu")
     assert dtype == "fp32" and "no native bf16" in reason
     assert Precision(PrecisionConfig(), "cpu").autocast_dtype is None
     assert precision.resolve_dtype("bf16", "cpu") == ("bf16", "set in the config")
     assert PrecisionConfig().dtype == "auto"
+
+
+def test_the_bf16_probe_times_this_cpu():
+    from trainer import precision
+
+    speedup = precision.bf16_matmul_speedup(64)
+    assert speedup > 0 and speedup == precision.bf16_matmul_speedup(64)  # timed once per process and width
 
 
 def test_auto_weighs_the_policys_width_on_amx(monkeypatch):
@@ -97,3 +109,30 @@ def test_auto_weighs_the_policys_width_on_amx(monkeypatch):
     wide = {"size": "custom", "n_layer": 1, "n_head": 4, "n_embd": precision.AMX_MIN_WIDTH}
     assert (narrow.policy.width, narrow.precision.dtype) == (128, "fp32")
     assert Trainer(TrainerConfig.model_validate({"model": wide}), TOK).precision.dtype == "bf16"
+
+
+def test_decoding_precision_follows_the_run_but_narrow_models_decode_in_fp32_on_a_cpu():
+    from trainer.precision import CPU_BF16_DECODE_MIN_WIDTH, resolve_sampling_dtype
+
+    narrow, wide = CPU_BF16_DECODE_MIN_WIDTH // 2, CPU_BF16_DECODE_MIN_WIDTH
+    dtype, reason = resolve_sampling_dtype("auto", "bf16", "cpu", narrow)
+    assert dtype == "fp32" and f"{narrow} wide" in reason
+    assert resolve_sampling_dtype("auto", "bf16", "cpu", wide) == ("bf16", "auto: the run's precision")
+    assert resolve_sampling_dtype("auto", "bf16", "cuda", narrow)[0] == "bf16"
+    assert resolve_sampling_dtype("auto", "fp32", "cpu", narrow)[0] == "fp32"
+    assert resolve_sampling_dtype("bf16", "fp32", "cpu", narrow) == ("bf16", "set in the config")
+
+
+def test_a_bf16_run_of_a_narrow_model_samples_in_fp32_and_updates_in_bf16():
+    cfg = TrainerConfig.model_validate(
+        {"precision": {"dtype": "bf16"}, "sampling": {"group_size": 2, "max_new_tokens": 5},
+         "grpo": {"prompts_per_step": 2}}
+    )  # fmt: skip
+    trainer = Trainer(cfg, TOK)
+    assert (trainer.precision.dtype, trainer.sampling_precision.dtype) == ("bf16", "fp32")
+    assert trainer.sampling_precision.autocast_dtype is None
+    alternating = InlineRewards(lambda completions, targets: [float(i % 2) for i in range(len(completions))])
+    m = trainer.grpo_step([P("e4", "8/8 w"), P("d4", "8/8 b")], alternating)
+    assert 0 < m["sampler_logprob_gap"] < 0.05  # bf16's rounding of the update's forward, no more
+    same = Trainer(cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"dtype": "bf16"})}), TOK)
+    assert same.sampling_precision is same.precision

@@ -97,6 +97,10 @@ class Policy(Protocol):
         """First logits `[B*K, V]` of left-padded prompts ids/mask `[B, P]`, and the cached step."""
         ...
 
+    def set_attention(self, implementation: str) -> None:
+        """Compute attention with 'sdpa', 'eager' (or, hf only, 'flash_attention_2') from now on."""
+        ...
+
     def reference(self, on_cpu: bool) -> Reference: ...
 
     def export(self, out_dir: str | Path, merge: bool = False) -> Path:

@@ -46,6 +46,9 @@ class BuiltinPolicy:
     def width(self) -> int:
         return self.module.config.n_embd
 
+    def set_attention(self, implementation: str) -> None:
+        self.module.set_attention(implementation)
+
     def decoder(self, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int) -> tuple[Tensor, Step]:
         make = cached_decoder if cfg.use_kv_cache else full_decoder
         return make(self.module, ids, mask, cfg, max_len)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.model_config import BuiltinModelConfig
+from trainer.policy.attention import eager_attention
 from trainer.policy.kv_cache import KVCache
 
 
@@ -44,6 +45,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.dropout)  # a module, so switching dropout off reaches it
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.implementation = "sdpa"  # or "eager" (`trainer.policy.attention`); set by GPT.set_attention
 
     def forward(
         self, x: Tensor, mask: Tensor | None, kv_cache: KVCache | None, layer: int, cols: Tensor | None
@@ -55,14 +57,13 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.write(layer, cols, k, v)  # [B, H, Tk, D]
             q = q.to(k.dtype)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.attn_dropout.p if self.training else 0.0,
-            is_causal=mask is None,
-        )
+        dropout_p = self.attn_dropout.p if self.training else 0.0
+        if self.implementation == "eager":
+            y = eager_attention(q, k, v, mask, dropout_p)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None
+            )
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
 
 
@@ -122,6 +123,13 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def set_attention(self, implementation: str) -> None:
+        """'sdpa' (torch's fused kernel) or 'eager' (explicit matmuls): `trainer.policy.attention`."""
+        if implementation not in ("sdpa", "eager"):
+            raise ValueError(f"attention implementation must be 'sdpa' or 'eager', got {implementation!r}")
+        for block in self.transformer.h:
+            block.attn.implementation = implementation
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

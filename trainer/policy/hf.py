@@ -91,10 +91,16 @@ def load_tokenizer(cfg: HFModelConfig):
     return tok
 
 
+def loaded_attention(cfg: HFModelConfig) -> str:
+    """The attention a model is loaded with: `auto` is made concrete once the run's precision is
+    known (`HFPolicy.set_attention`), and loads as sdpa until then."""
+    return "sdpa" if cfg.attn_implementation == "auto" else cfg.attn_implementation
+
+
 def load_model(cfg: HFModelConfig, vocab: int) -> nn.Module:
     hf_logging.disable_progress_bar()  # a bar per load and save would flood job logs
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.path, dtype=torch.float32, attn_implementation=cfg.attn_implementation, **load_kwargs(cfg)
+        cfg.path, dtype=torch.float32, attn_implementation=loaded_attention(cfg), **load_kwargs(cfg)
     )
     if model.get_input_embeddings().weight.shape[0] < vocab:  # a PAD token was added
         model.resize_token_embeddings(vocab)
@@ -175,6 +181,11 @@ class HFPolicy:
         config = self.base_model.config
         n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         return int(n) if n else 1 << 30
+
+    def set_attention(self, implementation: str) -> None:
+        """Switch the loaded model's attention (transformers' `set_attn_implementation`)."""
+        if self.base_model.config._attn_implementation != implementation:
+            self.base_model.set_attn_implementation(implementation)
 
     def decoder(self, ids: Tensor, mask: Tensor, cfg: SamplingConfig, max_len: int) -> tuple[Tensor, Step]:
         if not cfg.use_kv_cache:

@@ -111,3 +111,24 @@ def test_cached_decoding_uses_no_deprecated_argument(policy):
     with CaptureLogger(logger) as captured:
         generate(policy, _prompts(policy), cfg, greedy=True, stop_at_eos=False)
     assert "deprecated" not in captured.out, captured.out
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("bf16", "eager"), ("fp32", "sdpa")])
+def test_auto_attention_is_set_once_the_runs_precision_is_known(tmp_path, dtype, expected):
+    from trainer.config import TrainerConfig
+    from trainer.engine import Trainer
+
+    path = write_tiny_model(tmp_path, "gpt2", positions=64)
+    cfg = TrainerConfig.model_validate(
+        {"model": {"source": "hf", "path": str(path)}, "precision": {"dtype": dtype}}
+    )
+    assert cfg.model.attn_implementation == "auto"
+    trainer = Trainer(cfg)
+    assert trainer.policy.base_model.config._attn_implementation == expected
+    assert trainer.attention["attention"] == expected
+    ids = torch.tensor([trainer.policy.tokenizer.encode_prompt("e4 e5")])
+    with torch.no_grad():
+        before = trainer.policy.module(ids).float()
+        trainer.policy.set_attention("sdpa" if expected == "eager" else "eager")
+        after = trainer.policy.module(ids).float()
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-5)  # fp32 forward: the same either way

@@ -1,0 +1,47 @@
+"""The built-in GPT's attention: torch's fused kernel (`sdpa`) or explicit matmuls (`eager`).
+
+On CUDA the fused kernels (flash, memory-efficient) are the fast path. On a CPU in bf16 they are
+not: torch 2.13's CPU flash-attention kernel took 19 ms forward and backward per layer for a GRPO
+update's `[64 rows, 4 heads, 76 tokens, 32]` against about 2 ms for the same arithmetic as two
+batched matmuls and a softmax, and 370 us against 120 us for a decoding step's single query over
+80 cached keys (2-core AMD EPYC, Zen 5). In fp32 the two are within 10% of each other. `auto`
+therefore takes `eager` on a CPU computing in bf16 or fp16 and `sdpa` everywhere else.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")
+
+
+def resolve_attention(setting: str, device: torch.device | str, dtype: str) -> tuple[str, str]:
+    """(the implementation a run uses, why) for `model.attn_implementation` on `device` computing
+    in `dtype`: `auto` made concrete, other settings unchanged."""
+    if setting not in ATTENTION_CHOICES:
+        raise ValueError(f"model.attn_implementation must be one of {ATTENTION_CHOICES}, got {setting!r}")
+    if setting != "auto":
+        return setting, "set in the config"
+    if torch.device(device).type == "cpu" and dtype in ("bf16", "fp16"):
+        return "eager", f"auto: {dtype} on a CPU, where torch's fused attention kernel is slow"
+    return "sdpa", "auto: torch's fused attention kernel"
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v, as `F.scaled_dot_product_attention` computes it.
+
+    q `[B, H, T, D]`, k and v `[B, H, Tk, D]`; mask `[B, 1, T, Tk]` bool (True: attend) or None for
+    plain causal attention (query i sees keys 0..i, the queries being the last T keys). The softmax
+    runs in float32 whatever the inputs' dtype, as the fused kernels accumulate it.
+    """
+    t, tk = q.shape[-2], k.shape[-2]
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if mask is None:
+        mask = torch.ones(t, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - t)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, p=dropout_p)
+    return torch.matmul(probs, v)
