@@ -134,5 +134,7 @@ def test_a_bf16_run_of_a_narrow_model_samples_in_fp32_and_updates_in_bf16():
     alternating = InlineRewards(lambda completions, targets: [float(i % 2) for i in range(len(completions))])
     m = trainer.grpo_step([P("e4", "8/8 w"), P("d4", "8/8 b")], alternating)
     assert 0 < m["sampler_logprob_gap"] < 0.05  # bf16's rounding of the update's forward, no more
-    same = Trainer(cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"dtype": "bf16"})}), TOK)
+    same = Trainer(
+        cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"dtype": "bf16"})}), TOK
+    )
     assert same.sampling_precision is same.precision
