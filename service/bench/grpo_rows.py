@@ -18,7 +18,8 @@ from service.config import ScalingConfig
 from service.presets import PRESETS
 from trainer.compile import compile_unsupported_reason
 from trainer.config import TrainerConfig
-from trainer.precision import resolve_dtype
+from trainer.policy.attention import resolve_attention
+from trainer.precision import resolve_dtype, resolve_sampling_dtype
 
 REFERENCE_ROW = "+ log-prob pass only where needed (the fp32 reference)"
 Row = tuple[str, dict[str, Any], dict[str, Any]]
@@ -36,12 +37,17 @@ def shipped_settings(device: str) -> dict[str, Any]:
         scaling.omp_wait_policy, workers_on_node=scaling.num_workers, torch_threads=scaling.torch_threads
     )
     waits = {**os.environ, **env}.get("OMP_WAIT_POLICY", "").lower() or "OpenMP's own"  # in the trials
-    dtype, reason = resolve_dtype(demo.precision.dtype, device, getattr(demo.model, "n_embd", None))
+    width = getattr(demo.model, "n_embd", None)
+    dtype, reason = resolve_dtype(demo.precision.dtype, device, width)
+    decoding, _ = resolve_sampling_dtype(demo.sampling.dtype, dtype, device, width)
+    attention, _ = resolve_attention(demo.model.attn_implementation, device, dtype)
     compilable = compile_unsupported_reason(device) is None
     return {
         "precision.dtype": demo.precision.dtype,
         "precision": dtype,
         "precision_reason": reason,
+        "sampling_dtype": decoding,
+        "attention": attention,
         "model.compile": demo.model.compile and compilable,
         "sampling.compile": demo.sampling.compile and compilable,
         "torch_threads": threads,
@@ -102,8 +108,13 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
         rows.append(("+ TF32", dict(updates), dict(options)))
     if ship["precision"] != "fp32":
         updates = {**updates, "precision.dtype": ship["precision"]}
+        how = f"{ship['attention']} attention, decoding in {ship['sampling_dtype']}"
         rows.append(
-            (f"+ {ship['precision']} autocast ({ship['precision_reason']})", dict(updates), dict(options))
+            (
+                f"+ {ship['precision']} autocast ({how}; {ship['precision_reason']})",
+                dict(updates),
+                dict(options),
+            )
         )
     else:
         notes.append(f"No bf16 row: {ship['precision_reason']}.")

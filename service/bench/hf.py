@@ -2,7 +2,7 @@
 
 Both are 2 layers, 128 wide, 4 heads (the built-in `tiny` GPT and a GPT-2 made by
 `service.tiny_model`, whose character vocabulary is 101 tokens against the chess alphabet's 46),
-fp32, with the same sampling, GRPO and optimiser settings and in-process scoring, each run
+at the precision, attention and decoding dtype `auto` gives on the machine, with the same sampling, GRPO and optimiser settings and in-process scoring, each run
 as the service runs it (`Trainer.grpo_step`). A third row runs the same hf policy with GPT-2's
 `gelu_new` as transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps
 alternate between the policies so that load drifts hit them alike; medians are reported.
@@ -107,6 +107,15 @@ def bench_rates(
     return out
 
 
+def _precision_note(plan: HFPlan) -> str:
+    """What `auto` resolves to for these runs (both policies are 128 wide)."""
+    from trainer.precision import resolve_dtype, resolve_sampling_dtype
+
+    dtype, _ = resolve_dtype("auto", "cpu", 128)
+    decoding, _ = resolve_sampling_dtype("auto", dtype, "cpu", 128)
+    return f"{dtype} (decoding in {decoding}; precision.dtype auto on this machine)"
+
+
 def bench_hf(plan: HFPlan) -> dict[str, Any]:
     section = new_section("hf", TITLE, owns=HEADLINE)
     rates = bench_rates(plan)
@@ -126,7 +135,7 @@ def bench_hf(plan: HFPlan) -> dict[str, Any]:
     section["data"] = {"rates": rates, "plan": plan.__dict__}
     section["notes"] += [
         f"{plan.prompts} prompts x {plan.group_size} completions of up to {plan.max_new_tokens} tokens, "
-        "fp32, in-process scoring; steps alternate between the policies",
+        f"{_precision_note(plan)}, in-process scoring; steps alternate between the policies",
         f"'{STOCK_GELU}': the same hf policy with GPT-2's `NewGELUActivation` as transformers defines it, "
         "in place of the policy's `GeluNew` (equal values, fewer temporaries); not a headline",
     ]

@@ -12,7 +12,8 @@ them alike:
 1. the peer;
 2. our built-in GPT in the fp32 reference configuration;
 3. the same with the settings the service ships for this machine;
-4. our transformers policy on the peer's model shape with the shipped defaults (in-process scoring).
+4. our transformers policy on the peer's model shape with the shipped defaults (precision,
+   attention and decoding dtype as `auto` resolves them here; in-process scoring).
 
 Every row reports completion tokens per second beside completions per second. Headlines
 (medians over the rounds): `peer_completions_per_s`, `peer_tokens_per_s`, `grpo_tokens_per_s`
@@ -53,7 +54,7 @@ HEADLINE = (
 FIXED_LENGTH = Path(__file__).with_name("peer_fixed_length.py")
 PEER_DIR = Path(os.environ.get("GRPO_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers"))
 PEER_PYTHON = Path(os.environ.get("GRPO_PEER_PYTHON", Path.home() / "trl-venv" / "bin" / "python"))
-HF_ROW = "hf policy, fp32 (the benchmark process's threads and OpenMP settings)"
+HF_ROW = "hf policy, shipped precision and attention (the benchmark process's threads and OpenMP settings)"
 REFERENCE, SHIPPED = "built-in GPT, fp32 reference", "built-in GPT, shipped settings"
 TARGETS = {REFERENCE: 2.5, SHIPPED: 3.0, HF_ROW: 2.0}  # tokens per second over the peer's
 
