@@ -27,7 +27,7 @@ HEADLINE_TARGETS: dict[str, str] = {
     "peer_completions_per_s": "TRL GRPOTrainer, fp32, same work (--sections peer)",
     "bf16_vs_fp32_speedup": "GPU only (124M model)",
     "mfu": "GPU only (124M model, bf16)",
-    "hf_completions_per_s": "the transformers policy's GRPO step (tiny GPT-2, fp32)",
+    "hf_completions_per_s": "the transformers policy's GRPO step (tiny GPT-2, the shipped precision)",
     "hf_vs_builtin": ">= 0.7 (hf over the built-in GPT at equal shapes, work and settings)",
     "hf_vs_peer": ">= 2x the TRL peer on its own model and work (`--sections peer`)",
     "pool2_vs_inprocess_1ms": ">= 1.8x in process (CPU-bound 1 ms reward, 1,024 items, 2 workers)",
