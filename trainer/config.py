@@ -262,8 +262,8 @@ class PrecisionConfig(Frozen):
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
         description="auto: bf16 where the hardware computes it faster (a CUDA GPU with bf16; a CPU with "
-        "AMX tiles and a model at least 256 wide; a CPU with AVX512-BF16 whose bf16 matmuls at the model's "
-        "width time at least 2x fp32's), else fp32; the choice and why are recorded in the run's runtime.json",
+        "AMX tiles and a model at least 256 wide; a CPU with AVX512-BF16 whose bf16 matmuls time at least "
+        "2.5x fp32's on one thread), else fp32; the choice and why are recorded in the run's runtime.json",
     )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 

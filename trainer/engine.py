@@ -40,7 +40,7 @@ from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
 from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.precision import Precision, configure_tf32, decoding_precision
+from trainer.precision import Precision, agreed_precision, configure_tf32, decoding_precision
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
 from trainer.rollouts import (
     completion_texts,
@@ -95,7 +95,9 @@ class Trainer:
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         configure_attention(self.device)
-        self.precision = Precision(cfg.precision, self.device, self.policy.width)
+        self.precision = agreed_precision(
+            Precision(cfg.precision, self.device, self.policy.width), cfg, self.policy.width
+        )
         self.sampling_precision = decoding_precision(cfg, self.precision, self.device, self.policy.width)
         self.attention = configure_policy_attention(self.policy, cfg.model, self.device, self.precision.dtype)
         self.model: nn.Module = self.policy.module.to(self.device)

@@ -4,10 +4,11 @@
   with bf16 support; on a CPU with AMX-BF16's matrix tiles, a model at least `AMX_MIN_WIDTH`
   wide (on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x fp32's speed in
   bf16, of a 256-wide one 1.34x, 384 1.53x, 512 1.93x); on a CPU with AVX512-BF16 dot products
-  but no tiles, where bf16 matmuls of the model's width measure at least `MIN_BF16_SPEEDUP` times
-  fp32's (`bf16_matmul_speedup`, timed once per process). How fast those dot products are depends
-  on the core: on a 2-core AMD EPYC of the Zen 5 generation bf16 matmuls ran 4.4x fp32's and the
-  demo model's GRPO step 1.3x faster (with `model.attn_implementation: auto`'s explicit-matmul
+  but no tiles, where bf16 matmuls measure at least `MIN_BF16_SPEEDUP` times fp32's
+  (`bf16_matmul_speedup`: one fixed product on one thread, timed once per process; more than 2.5x
+  means dot-product units wider than fp32's FMAs, which AVX512-BF16 alone does not promise). How
+  fast those dot products are depends on the core: on a 2-core AMD EPYC of the Zen 5 generation
+  bf16 matmuls ran 4.4x fp32's and the demo model's GRPO step 1.5x faster (with `model.attn_implementation: auto`'s explicit-matmul
   attention; torch's fused CPU attention kernel is slow in bf16); on an earlier AMD EPYC a GRPO
   step was no faster in bf16 (10.7k against 10.9k tokens/s).
 - fp32: no autocast.
@@ -34,8 +35,8 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 FAST_BF16_CPU_FLAGS = ("amx_bf16",)  # matrix tiles
 AMX_MIN_WIDTH = 256  # hidden width from which bf16 on AMX beats fp32 (module docstring)
-MIN_BF16_SPEEDUP = 2.0  # bf16 over fp32 matmul speed from which `auto` takes bf16 on AVX512-BF16
-PROBE_WIDTH = 512  # the probe's width when the model's is not known
+MIN_BF16_SPEEDUP = 2.5  # bf16 over fp32 matmul speed from which `auto` takes bf16 on AVX512-BF16
+PROBE_WIDTH = 256  # the probe's inner dimension
 CPU_BF16_DECODE_MIN_WIDTH = 256  # `sampling.dtype: auto` decodes narrower models in fp32 on a CPU
 
 
@@ -51,26 +52,29 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-@functools.lru_cache(maxsize=8)
-def bf16_matmul_speedup(width: int) -> float:
-    """How many times faster this CPU multiplies bf16 than fp32 matrices of a `width`-wide model's
-    MLP (`[1024, width] x [width, 4 * width]`), on torch's current threads: medians of 5 timings
-    each, alternating, after a warm-up. Tens of milliseconds at width 768."""
-    times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
-    gen = torch.Generator().manual_seed(0)
-    pairs = {
-        dt: (
-            torch.randn(1024, width, generator=gen).to(dt),
-            torch.randn(width, 4 * width, generator=gen).to(dt),
-        )
-        for dt in times
-    }
-    for rep in range(6):
-        for dt, (a, b) in pairs.items():
-            began = time.perf_counter()
-            torch.mm(a, b)
-            if rep:  # the first round warms the kernels up
-                times[dt].append(time.perf_counter() - began)
+@functools.lru_cache(maxsize=1)
+def bf16_matmul_speedup() -> float:
+    """How many times faster this CPU multiplies bf16 than fp32 matrices: one `[1024, 256] x
+    [256, 1024]` product of each on one thread, medians of 5 timings each, alternating, after a
+    warm-up (about 30 ms). A property of the core's dot-product units, so that every process on a
+    machine decides alike: on two threads, or at a model's own narrow width, the ratio moves with
+    threading overheads (1.8 on two threads and 2.5 on one at width 32 on the machine of the
+    module docstring, 4.4 at this shape on either)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+        gen = torch.Generator().manual_seed(0)
+        a, b = torch.randn(1024, PROBE_WIDTH, generator=gen), torch.randn(PROBE_WIDTH, 1024, generator=gen)
+        pairs = {dt: (a.to(dt), b.to(dt)) for dt in times}
+        for rep in range(6):
+            for dt, (x, y) in pairs.items():
+                began = time.perf_counter()
+                torch.mm(x, y)
+                if rep:  # the first round warms the kernels up
+                    times[dt].append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(times[torch.float32]) / statistics.median(times[torch.bfloat16])
 
 
@@ -94,11 +98,8 @@ def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = No
             )
         return "bf16", f"auto: {tiles}"
     if "avx512_bf16" in flags:
-        w = width or PROBE_WIDTH
-        speedup = bf16_matmul_speedup(w)
-        measured = (
-            f"bf16 matmuls at width {w} measured {speedup:.1f}x fp32's on this CPU (avx512_bf16, no AMX)"
-        )
+        speedup = bf16_matmul_speedup()
+        measured = f"bf16 matmuls measured {speedup:.1f}x fp32's on this CPU (avx512_bf16, no AMX)"
         if speedup >= MIN_BF16_SPEEDUP:
             return "bf16", f"auto: {measured}"
         return "fp32", f"auto: {measured}, under the {MIN_BF16_SPEEDUP:g}x bf16 needs"
@@ -200,3 +201,19 @@ def decoding_precision(cfg, run: Precision, device: torch.device, width: int | N
     if dtype == run.dtype:
         return run
     return Precision(cfg.precision.model_copy(update={"dtype": dtype}), device, width, reason=reason)
+
+
+def agreed_precision(run: Precision, cfg, width: int | None) -> Precision:
+    """The precision every rank computes in: rank 0's resolution of `auto`, since the bf16 probe
+    is timed on each rank and two ranks near its threshold could disagree. Collective where
+    torch.distributed runs (every rank calls it once, as it builds its trainer). cfg: a TrainerConfig."""
+    from trainer.distributed import gather_json, rank_and_world
+
+    if cfg.precision.dtype != "auto" or rank_and_world()[1] == 1:
+        return run
+    dtype, reason = gather_json([run.dtype, run.reason], run.device)[0]
+    if dtype == run.dtype:
+        return run
+    return Precision(
+        cfg.precision.model_copy(update={"dtype": dtype}), run.device, width, reason=f"rank 0's {reason}"
+    )

@@ -150,3 +150,26 @@ STEP_FIGURES = (
     "scorer_reward_items",
     "scorer_reward_errors",
 )
+
+
+def _precision_of_each_rank(rank: int, world: int, out_dir: str) -> None:
+    """Each rank's bf16 probe gives another figure (rank 0: fast, rank 1: not); both compute in rank 0's choice."""
+    import json
+
+    from trainer import precision
+
+    precision.cpu_flags = lambda: frozenset({"avx512_bf16"})
+    precision.bf16_matmul_speedup = lambda: 4.4 if rank == 0 else 1.1
+    trainer = Trainer(TrainerConfig.model_validate({"precision": {"dtype": "auto"}}), CHESS_TOKENIZER)
+    record = {"dtype": trainer.precision.dtype, "reason": trainer.precision.reason}
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(record, f)
+
+
+def test_every_rank_computes_in_rank_0s_resolution_of_auto(tmp_path):
+    import json
+
+    spawn_ranks(_precision_of_each_rank, str(tmp_path / "rdv"), (str(tmp_path),))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["dtype"] for r in ranks] == ["bf16", "bf16"]
+    assert "measured 4.4x" in ranks[0]["reason"] and ranks[1]["reason"] == "rank 0's " + ranks[0]["reason"]
