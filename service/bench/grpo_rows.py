@@ -75,26 +75,15 @@ def reference_rows() -> list[Row]:
     ]
 
 
-def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[list[Row], list[str], str]:
-    """The rows after the reference that apply here, a note for each one that does not, and the
-    name of the row with the shipped settings (`REFERENCE_ROW` when they add nothing to it).
-
-    A compile row is measured wherever compile is supported; when the shipped settings do not
-    compile, it comes last, is marked "not shipped", and is left out with `unshipped=False`."""
-    ship = shipped_settings(device)
+def _thread_rows(ship: dict[str, Any], device: str, threads: int) -> tuple[list[Row], dict[str, Any]]:
+    """The rows for the shipped torch threads, OpenMP wait and decode threads where they differ
+    from the reference's, and the trial options every later row keeps."""
     rows: list[Row] = []
-    notes: list[str] = []
     options: dict[str, Any] = {"rewards": "pool"}
-    updates: dict[str, Any] = {}
     if ship["env"] or ship["torch_threads"] != threads:
         options = {**options, "env": ship["env"], "threads": ship["torch_threads"]}
-        rows.append(
-            (
-                f"+ threads as shipped ({ship['torch_threads']}, {ship['waits']} wait)",
-                {},
-                dict(options),
-            )
-        )
+        name = f"+ threads as shipped ({ship['torch_threads']}, {ship['waits']} wait)"
+        rows.append((name, {}, dict(options)))
     # the rule decodes on fewer threads than torch_threads only under a passive wait
     decoding_differs = ship["sampling_threads"] != "rule" or ship["waits"] == "passive"
     if device == "cpu" and ship["torch_threads"] > 1 and decoding_differs:
@@ -103,6 +92,19 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
             ship["sampling_threads"], str(ship["sampling_threads"])
         )
         rows.append((f"+ decode threads as shipped ({what})", {}, dict(options)))
+    return rows, options
+
+
+def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[list[Row], list[str], str]:
+    """The rows after the reference that apply here, a note for each one that does not, and the
+    name of the row with the shipped settings (`REFERENCE_ROW` when they add nothing to it).
+
+    A compile row is measured wherever compile is supported; when the shipped settings do not
+    compile, it comes last, is marked "not shipped", and is left out with `unshipped=False`."""
+    ship = shipped_settings(device)
+    rows, options = _thread_rows(ship, device, threads)
+    notes: list[str] = []
+    updates: dict[str, Any] = {}
     if device == "cuda":
         updates = {"precision.tf32": True}
         rows.append(("+ TF32", dict(updates), dict(options)))
