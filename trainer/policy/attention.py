@@ -1,11 +1,12 @@
-"""The built-in GPT's attention: torch's fused kernel (`sdpa`) or explicit matmuls (`eager`).
+"""Attention by torch's fused kernel (`sdpa`) or by explicit matmuls (`eager`), and `auto`'s choice.
 
 On CUDA the fused kernels (flash, memory-efficient) are the fast path. On a CPU in bf16 they are
 not: torch 2.13's CPU flash-attention kernel took 19 ms forward and backward per layer for a GRPO
 update's `[64 rows, 4 heads, 76 tokens, 32]` against about 2 ms for the same arithmetic as two
 batched matmuls and a softmax, and 370 us against 120 us for a decoding step's single query over
 80 cached keys (2-core AMD EPYC, Zen 5). In fp32 the two are within 10% of each other. `auto`
-therefore takes `eager` on a CPU computing in bf16 or fp16 and `sdpa` everywhere else.
+therefore takes `eager` on a CPU computing in bf16 or fp16 and `sdpa` everywhere else; the hf
+policy maps the same choice onto transformers' own `attn_implementation`.
 """
 
 from __future__ import annotations
