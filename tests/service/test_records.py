@@ -10,7 +10,7 @@ from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, R
 from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.recorder import RunRecorder
 from service.report import write_report
-from service.run_files import JsonlLog, json_safe, read_jsonl, write_json_atomic
+from service.run_files import JsonlLog, describe_runtime, json_safe, read_jsonl, write_json_atomic
 from trainer.schedule import Schedule
 
 
@@ -219,3 +219,12 @@ def test_the_pool_size_warning_has_no_others_to_name_when_every_worker_is_gone(t
     text = out.getvalue()
     assert "none of the 1 reward workers takes work at step 3" in text and "the others" not in text
     assert "all 1 reward workers take work again at step 4" in text
+
+
+def test_the_runtime_line_names_decoding_and_attention_where_they_are_recorded():
+    base = {"precision": "bf16", "precision_reason": "auto: x", "torch_threads": 2}
+    line = describe_runtime({**base, "sampling_precision": "fp32", "attention": "eager"})
+    assert line.startswith("bf16 (auto: x), decoding in fp32, eager attention, compile off, 2 torch threads")
+    same = describe_runtime({**base, "sampling_precision": "bf16", "attention": "sdpa"})
+    assert "decoding in" not in same and ", sdpa attention," in same
+    assert describe_runtime(base).startswith("bf16 (auto: x), compile off")  # a runtime.json written before
