@@ -10,8 +10,8 @@
   fast those dot products are depends on the core: on a 2-core AMD EPYC of the Zen 5 generation
   bf16 matmuls ran 4.4x fp32's and the demo model's GRPO step 1.5x faster (with the explicit-
   matmul attention of `model.attn_implementation: auto` and fp32 decoding of `sampling.dtype:
-  auto`); on an earlier AMD EPYC a GRPO step was no faster in bf16 (10.7k against 10.9k
-  tokens/s, with torch's fused attention kernel, which is slow in bf16 on a CPU).
+  auto`). On 2026-11-24 a GRPO step on an AMD EPYC was no faster in bf16 (10.7k against 10.9k
+  tokens/s), with torch's fused attention kernel, which is slow in bf16 on a CPU.
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
