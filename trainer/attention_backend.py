@@ -28,10 +28,7 @@ def configure_policy_attention(
     policy: Any, model_cfg: Any, device: torch.device, dtype: str
 ) -> dict[str, str]:
     """Give the policy the attention `model.attn_implementation` resolves to on `device` computing
-    in `dtype` (`trainer.policy.attention`); {"attention", "attention_reason"} for the record.
-    A policy object without `set_attention` (one a caller built itself) is left as it is."""
-    if not hasattr(policy, "set_attention"):
-        return {}
+    in `dtype` (`trainer.policy.attention`); {"attention", "attention_reason"} for the record."""
     implementation, reason = resolve_attention(model_cfg.attn_implementation, device, dtype)
     policy.set_attention(implementation)
     return {"attention": implementation, "attention_reason": reason}

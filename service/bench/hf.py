@@ -2,10 +2,11 @@
 
 Both are 2 layers, 128 wide, 4 heads (the built-in `tiny` GPT and a GPT-2 made by
 `service.tiny_model`, whose character vocabulary is 101 tokens against the chess alphabet's 46),
-at the precision, attention and decoding dtype `auto` gives on the machine, with the same sampling, GRPO and optimiser settings and in-process scoring, each run
-as the service runs it (`Trainer.grpo_step`). A third row runs the same hf policy with GPT-2's
-`gelu_new` as transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps
-alternate between the policies so that load drifts hit them alike; medians are reported.
+at the precision, attention and decoding dtype `auto` gives on the machine, with the same
+sampling, GRPO and optimiser settings and in-process scoring, each run as the service runs it
+(`Trainer.grpo_step`). A third row runs the same hf policy with GPT-2's `gelu_new` as
+transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps alternate
+between the policies so that load drifts hit them alike; medians are reported.
 
     hf_completions_per_s   completions per second of a whole GRPO step on the hf path
     hf_vs_builtin          that over the built-in GPT's (the issue's target: >= 0.7)
@@ -107,7 +108,7 @@ def bench_rates(
     return out
 
 
-def _precision_note(plan: HFPlan) -> str:
+def _precision_note() -> str:
     """What `auto` resolves to for these runs (both policies are 128 wide)."""
     from trainer.precision import resolve_dtype, resolve_sampling_dtype
 
@@ -135,7 +136,7 @@ def bench_hf(plan: HFPlan) -> dict[str, Any]:
     section["data"] = {"rates": rates, "plan": plan.__dict__}
     section["notes"] += [
         f"{plan.prompts} prompts x {plan.group_size} completions of up to {plan.max_new_tokens} tokens, "
-        f"{_precision_note(plan)}, in-process scoring; steps alternate between the policies",
+        f"{_precision_note()}, in-process scoring; steps alternate between the policies",
         f"'{STOCK_GELU}': the same hf policy with GPT-2's `NewGELUActivation` as transformers defines it, "
         "in place of the policy's `GeluNew` (equal values, fewer temporaries); not a headline",
     ]
