@@ -227,7 +227,11 @@ class Trainer:
         try:
             with torch.no_grad(), self.precision.autocast(), ref.context():
                 t = self.cfg.sampling.temperature
-                return [completion_logprobs(ref.module, r, t, entropy=False)[0] for r in rollouts]
+                share = self.policy.shared_prefix
+                return [
+                    completion_logprobs(ref.module, r, t, entropy=False, shared_prefix=share)[0]
+                    for r in rollouts
+                ]
         finally:
             if moved:
                 ref.module.to("cpu")
@@ -289,6 +293,7 @@ class Trainer:
             temperature=self.cfg.sampling.temperature,
             max_new_tokens=self.cfg.sampling.max_new_tokens,
             shuffle_seed=derived_seed(self.cfg.seed, -3, self.rank, self.grpo_steps),
+            shared_prefix=self.policy.shared_prefix,
         )
 
     def _selection(

@@ -78,6 +78,11 @@ class BuiltinModelConfig(_ModelBase):
     dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="dropout on embeddings, attention and MLP outputs"
     )
+    shared_prefix: bool = Field(
+        True,
+        description="GRPO's log-prob passes (reference and update) run each group's prompt through the "
+        "blocks once for its K completions instead of K times; the same log-probs up to float rounding",
+    )
 
     @model_validator(mode="before")
     @classmethod

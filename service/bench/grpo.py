@@ -228,7 +228,12 @@ def _split_rows(ablation: dict, extras: dict, default_name: str) -> list:
     rows = [
         _split_row("SFT-warm, serial scoring (inline, after sampling)", ablation["+ shared prefill"]),
         _split_row("SFT-warm, streamed pool scoring", ablation["+ streamed pool scoring"]),
-        _split_row("SFT-warm, streamed, trimmed log-prob pass (reference)", ablation[REFERENCE_ROW]),
+        _split_row(
+            "SFT-warm, streamed, trimmed log-prob pass", ablation["+ log-prob pass only where needed"]
+        ),
+        _split_row(
+            "SFT-warm, streamed, trimmed, prompt run once per group (reference)", ablation[REFERENCE_ROW]
+        ),
     ]
     if default is not ablation[REFERENCE_ROW]:
         rows.append(_split_row(f"shipped settings ({default_name.removeprefix('+ ')})", default))

@@ -21,7 +21,7 @@ from trainer.config import TrainerConfig
 from trainer.policy.attention import resolve_attention
 from trainer.precision import resolve_dtype, resolve_sampling_dtype
 
-REFERENCE_ROW = "+ log-prob pass only where needed (the fp32 reference)"
+REFERENCE_ROW = "+ each group's prompt run once in the log-prob passes (the fp32 reference)"
 Row = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -62,6 +62,7 @@ def reference_rows() -> list[Row]:
     """Baseline to the fp32 reference; every row before the reference runs the log-prob pass as it
     was (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
     legacy = {"legacy_logprobs": True}
+    unshared = {"model.shared_prefix": False}
     return [
         (
             "baseline: fp32, no KV cache, serial scoring",
@@ -71,6 +72,7 @@ def reference_rows() -> list[Row]:
         ("+ KV cache (prefill per row)", {"sampling.prefill": "per_row"}, {"rewards": "inline", **legacy}),
         ("+ shared prefill", {}, {"rewards": "inline", **legacy}),
         ("+ streamed pool scoring", {}, {"rewards": "pool", **legacy}),
+        ("+ log-prob pass only where needed", unshared, {"rewards": "pool"}),
         (REFERENCE_ROW, {}, {"rewards": "pool"}),
     ]
 

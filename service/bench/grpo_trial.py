@@ -45,10 +45,12 @@ GRPO_DATA_SEED = 11  # GRPO prompts come from a stream apart from the SFT pairs
 MIN_PLIES, MAX_PLIES = 1, 4  # the reference work's openings (the fen task's default plies, as the peer's)
 
 
-def legacy_completion_logprobs(model, rollout: Rollout, temperature: float, *, entropy: bool = True):
+def legacy_completion_logprobs(
+    model, rollout: Rollout, temperature: float, *, entropy: bool = True, shared_prefix: bool = False
+):
     """The log-prob pass as it was before it was trimmed (the ablation's rows before the reference):
     the lm-head and log-softmax over every position, the entropy under autograd, and computed for
-    the reference pass too."""
+    the reference pass too; every row's prompt run in full (`shared_prefix` is not taken)."""
     p = rollout.prompt_len
     logits = model(rollout.input_ids[:, :-1], rollout.position_ids[:, :-1], rollout.attn_mask[:, :-1])
     logits = logits[:, p - 1 :].float() / temperature
@@ -130,11 +132,13 @@ class RolloutLog:
 def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached: bool) -> float:
     """Matmul + attention FLOPs of one step from its micro-batch shapes (the PaLM/nanoGPT count).
 
-    Update: forward + backward over [N, P+L] per pass; reference: one forward; sampling with the
-    cache: a forward of each prompt once per prompt and of each new token once; without it, a
+    Update: forward + backward over [N, P+L] per pass; reference: one forward; with the policy's
+    `shared_prefix` both run each group's P prompt columns once ([B, P] + [N, L]). Sampling with
+    the cache: a forward of each prompt once per prompt and of each new token once; without it, a
     forward over the whole sequence so far at every new token.
     """
     cfg = trainer.cfg
+    shared = trainer.policy.shared_prefix
 
     def fwd_per_token(seq_len: float) -> float:
         return trainer.model.estimate_flops_per_token(seq_len) / 3  # forward = a third of forward + backward
@@ -142,8 +146,9 @@ def step_flops(trainer: Trainer, shapes: list[tuple[int, int, int, int]], cached
     total = 0.0
     for n, b, p, length in shapes:
         t = p + length
-        total += cfg.grpo.passes * 3 * fwd_per_token(t) * n * t
-        total += (cfg.grpo.beta > 0) * fwd_per_token(t) * n * t
+        scored = b * p + n * length if shared and n > b else n * t  # token columns through the blocks
+        total += cfg.grpo.passes * 3 * fwd_per_token(t) * scored
+        total += (cfg.grpo.beta > 0) * fwd_per_token(t) * scored
         if cached:
             total += fwd_per_token(p) * b * p + fwd_per_token(p + length / 2) * n * length
         else:

@@ -56,4 +56,5 @@ def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
         position_ids=rollout.position_ids[idx],
         completion_mask=rollout.completion_mask[idx],
         old_logprobs=rollout.old_logprobs[idx],
+        group_size=1,  # the rows need not be whole groups any more
     )

@@ -60,6 +60,7 @@ class UpdateContext:
     temperature: float  # the sampling temperature: log-probs are taken under it
     max_new_tokens: int  # the default normaliser of loss_agg='constant'
     shuffle_seed: int = 0  # seeds the order of this rank's rows in mini-batches
+    shared_prefix: bool = False  # the model takes `shared_prefix` (`Policy.shared_prefix`)
 
 
 def record_empty_update(metrics: DeviceMetrics, opt: GuardedOptimizer) -> None:
@@ -124,7 +125,10 @@ class GRPOUpdate:
             for i, part in enumerate(self.parts):
                 with self.ctx.precision.autocast():
                     logprobs, entropy = completion_logprobs(
-                        self.ctx.model, part.rollout, self.ctx.temperature
+                        self.ctx.model,
+                        part.rollout,
+                        self.ctx.temperature,
+                        shared_prefix=self.ctx.shared_prefix,
                     )
                 self._record_old(i, logprobs, entropy)
 
@@ -146,7 +150,11 @@ class GRPOUpdate:
         mask = rollout.completion_mask
         with ctx.precision.autocast():  # the entropy is a metric of the old policy: the first forward only
             logprobs, entropy = completion_logprobs(
-                ctx.model, rollout, ctx.temperature, entropy=self.old[i] is None
+                ctx.model,
+                rollout,
+                ctx.temperature,
+                entropy=self.old[i] is None,
+                shared_prefix=ctx.shared_prefix,
             )
         if self.old[i] is None:  # one mini-batch: the first epoch's forward gives the old log-probs
             self._record_old(i, logprobs, entropy)

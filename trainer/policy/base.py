@@ -8,7 +8,7 @@ which policy they serve. Two implement it: the built-in GPT (`trainer.policy.bui
   `module(ids [B, T], position_ids [B, T] | None, attn_mask [B, T] bool | None, logits_to_keep=0)
   -> logits [B, T, V]` (`logits_to_keep` > 0: only the last that many positions, `transformers`' name).
   Positions count real tokens (left pads get 0), so a left-padded row gives the logits it would
-  alone.
+  alone. With `shared_prefix` the forward also takes `shared_prefix=(K, P)` (the built-in GPT).
 - `decoder(...)` prefills a batch of left-padded prompts into a fresh cache, repeats each prompt's
   cache for its K completions, and returns the first next-token logits and a one-token step.
 - `reference(on_cpu)` is the frozen KL reference: a module and the context to run it in.
@@ -77,6 +77,12 @@ class Policy(Protocol):
     module: nn.Module
     tokenizer: PolicyTokenizer
     positions_key: str  # what sets max_positions, for messages ("model.block_size")
+
+    @property
+    def shared_prefix(self) -> bool:
+        """Whether `module`'s forward takes `shared_prefix=(K, P)`: rows in groups of K sharing
+        their first P columns, each group's prompt computed once (`completion_logprobs`)."""
+        ...
 
     @property
     def vocab_size(self) -> int:

@@ -46,6 +46,10 @@ class BuiltinPolicy:
     def width(self) -> int:
         return self.module.config.n_embd
 
+    @property
+    def shared_prefix(self) -> bool:
+        return self.module.config.shared_prefix
+
     def set_attention(self, implementation: str) -> None:
         self.module.set_attention(implementation)
 

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import eager_attention
 from trainer.policy.kv_cache import KVCache
+from trainer.policy.shared_prefix import shared_prefix_hidden
 
 
 def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
@@ -57,14 +58,17 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.write(layer, cols, k, v)  # [B, H, Tk, D]
             q = q.to(k.dtype)
+        y = self.attend(q, k, v, mask)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """Attention's output `[B, H, T, D]` of q `[B, H, T, D]` over k, v `[B, H, Tk, D]`."""
         dropout_p = self.attn_dropout.p if self.training else 0.0
         if self.implementation == "eager":
-            y = eager_attention(q, k, v, mask, dropout_p)
-        else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None
-            )
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
+            return eager_attention(q, k, v, mask, dropout_p)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None
+        )
 
 
 class MLP(nn.Module):
@@ -131,6 +135,9 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             block.attn.implementation = implementation
 
+    def _dropout_active(self) -> bool:
+        return self.training and any(m.p > 0 for m in self.modules() if isinstance(m, nn.Dropout))
+
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -168,6 +175,7 @@ class GPT(nn.Module):
         attn_mask: Tensor | None = None,
         kv_cache: KVCache | None = None,
         logits_to_keep: int = 0,
+        shared_prefix: tuple[int, int] | None = None,
     ) -> Tensor:
         """Logits `[B, T, V]` (float32, also under autocast) for token ids `idx` `[B, T]`.
 
@@ -178,8 +186,15 @@ class GPT(nn.Module):
         Without mask and cache, attention uses the causal fast path (flash kernels on GPU).
         logits_to_keep > 0: logits of the last that many positions only `[B, logits_to_keep, V]`
         (the lm-head is skipped elsewhere; `transformers` names the same argument so).
+        shared_prefix (group_size K, prompt length P): rows come in groups of K that share their first
+        P columns; each group's prompt goes through the blocks once (`trainer.policy.shared_prefix`).
+        Taken without a cache and while no dropout is active (shared columns would share its noise).
         """
         b, t = idx.shape
+        if kv_cache is None and t > self.config.block_size:
+            raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
+        if shared_prefix is not None and kv_cache is None and not self._dropout_active():
+            return self._shared_forward(idx, position_ids, attn_mask, logits_to_keep, shared_prefix)
         cols, mask = None, None
         if kv_cache is not None:
             cols, key_valid, key_cols = kv_cache.open(t, attn_mask)  # cols [T]: written by this call
@@ -189,8 +204,6 @@ class GPT(nn.Module):
                     raise ValueError("forward with kv_cache and attn_mask needs explicit position_ids")
                 position_ids = cols.unsqueeze(0).expand(b, t)
         else:
-            if t > self.config.block_size:
-                raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
             if attn_mask is not None:
                 cols = torch.arange(t, device=idx.device)
                 mask = attention_mask(attn_mask.bool(), cols, cols)
@@ -210,6 +223,23 @@ class GPT(nn.Module):
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]
         return self.head(self.transformer.ln_f(x))
+
+    def _shared_forward(
+        self,
+        idx: Tensor,
+        position_ids: Tensor | None,
+        attn_mask: Tensor | None,
+        logits_to_keep: int,
+        shared_prefix: tuple[int, int],
+    ) -> Tensor:
+        t = idx.shape[1]
+        if attn_mask is None:
+            attn_mask = torch.ones_like(idx, dtype=torch.bool)
+        if position_ids is None:
+            position_ids = positions_from_mask(attn_mask)
+        keep = min(logits_to_keep, t) if logits_to_keep > 0 else t
+        hidden = shared_prefix_hidden(self, idx, position_ids, attn_mask.bool(), *shared_prefix, keep)
+        return self.head(self.transformer.ln_f(hidden))
 
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits from final hidden states, autocast or not: log-probs for the GRPO ratio

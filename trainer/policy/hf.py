@@ -141,6 +141,7 @@ class HFPolicy:
     """A `transformers` causal LM and its tokenizer behind the `Policy` interface."""
 
     positions_key = "the model's max_position_embeddings"
+    shared_prefix = False  # transformers' forward runs every row's prompt
 
     def __init__(self, model: nn.Module, tokenizer: HFTokenizer, cfg: HFModelConfig) -> None:
         self.module = HFCausalLM(model)

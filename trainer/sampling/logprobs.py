@@ -32,7 +32,12 @@ def token_entropy(logits: Tensor) -> Tensor:
 
 
 def completion_logprobs(
-    model: nn.Module, rollout: Rollout, temperature: float, *, entropy: bool = True
+    model: nn.Module,
+    rollout: Rollout,
+    temperature: float,
+    *,
+    entropy: bool = True,
+    shared_prefix: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs `[N, L]` and entropies `[N, L]` (float32) of the rollout's completion tokens.
 
@@ -42,6 +47,8 @@ def completion_logprobs(
     Gradients flow into the log-probs when called outside no_grad (the policy); the entropy is a
     metric, computed without autograd; `entropy=False` skips it (None; the reference pass).
     Only the L positions that predict completion tokens go through the lm-head (`logits_to_keep`).
+    shared_prefix: the model takes `shared_prefix=(K, P)` (`Policy.shared_prefix`); a rollout of
+    whole groups then runs each group's prompt once.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -51,11 +58,14 @@ def completion_logprobs(
         raise ValueError(f"rollout needs a prompt (P={p}) and at least one completion token")
     # The last token's prediction is never needed: feed all but the last column; position p-1+j
     # predicts completion token j, so the last L positions are the ones with a use.
+    share = shared_prefix and rollout.group_size > 1 and length > 1  # else the prompt is all it would run
+    groups = {"shared_prefix": (rollout.group_size, p)} if share else {}
     logits = model(
         rollout.input_ids[:, :-1],
         rollout.position_ids[:, :-1],
         rollout.attn_mask[:, :-1],
         logits_to_keep=length,
+        **groups,
     )
     logits = _at_least_fp32(logits) / temperature  # [N, L, V]
     keep = rollout.completion_mask

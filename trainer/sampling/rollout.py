@@ -24,7 +24,7 @@ class Rollout(NamedTuple):
         Tensor  # [N, L] float32: log p(token) at sampling time, logits / temperature; 0 where masked
     )
     prompt_len: int  # P
-    group_size: int  # K
+    group_size: int  # K; 1 for a selection of rows (`select_rows`), which need not form groups
 
     @property
     def completion_ids(self) -> Tensor:

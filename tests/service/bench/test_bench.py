@@ -138,6 +138,10 @@ def test_step_flops_count_the_cache_saving():
     cached, full = step_flops(trainer, shapes, True), step_flops(trainer, shapes, False)
     assert 15e9 < cached < 30e9  # ~20 GFLOP: update (3 passes' worth) + reference + sampling
     assert full > 5 * cached
+    unshared_cfg = with_updates(reference_config(sft_steps=1), {"model.shared_prefix": False})
+    unshared = step_flops(Trainer(TrainerConfig.model_validate(unshared_cfg), CHESS_TOKENIZER), shapes, True)
+    # the update and the reference run each group's 12 prompt columns once, not in each of its 8 rows
+    assert cached < unshared < 1.2 * cached
 
 
 def test_merge_trials_pools_steps_and_keeps_the_largest_peak():

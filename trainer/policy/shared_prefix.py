@@ -1,0 +1,115 @@
+"""The GPT's forward over groups of rows that share a prompt: each prompt goes through the blocks once.
+
+GRPO's log-prob passes (the reference's and the update's) take K completions of every prompt, laid
+out group after group with the prompt's P columns repeated in each row. A plain forward computes
+those columns K times over, giving K equal results. Here the prompt columns of each group and the
+completion columns of every row are packed into one `[B*P + N*Lc, C]` matrix, so the linear layers,
+layer norms and MLPs see each prompt column once; in attention the prompt's queries attend among
+themselves, and each completion's queries attend to its group's prompt keys and values (broadcast
+to the K rows) and to its own. The result equals the plain forward's up to float rounding;
+gradients reach the shared prompt columns summed over the group, as the plain forward's do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:
+    from trainer.policy.gpt import GPT, Block, CausalSelfAttention
+
+
+class Packing(NamedTuple):
+    """How the packed rows split: B prompts of P columns, then N = B*K rows of Lc completion columns."""
+
+    prompts: int  # B
+    prefix: int  # P
+    rows: int  # N
+    completion: int  # Lc
+    group_size: int  # K
+
+    @property
+    def prompt_rows(self) -> int:
+        return self.prompts * self.prefix
+
+
+def check_groups(n: int, t: int, group_size: int, prefix_len: int) -> None:
+    """ValueError unless `n` rows of `t` columns form groups of `group_size` with a prompt of
+    `prefix_len` columns and at least one column after it."""
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} rows do not form groups of {group_size} (shared_prefix)")
+    if not 1 <= prefix_len < t:
+        raise ValueError(f"shared_prefix needs 1 <= prompt length ({prefix_len}) < sequence length ({t})")
+
+
+def _attention(attn: CausalSelfAttention, h: Tensor, pk: Packing, masks: tuple[Tensor, Tensor]) -> Tensor:
+    """The block's attention over packed rows `h` `[M, C]` -> `[M, C]`."""
+    c, heads = h.shape[-1], attn.n_head
+    d = c // heads
+    qkv = attn.c_attn(h)
+    split = pk.prompt_rows
+    # [rows, cols, 3, H, D] -> three [rows, H, cols, D]
+    qp, kp, vp = qkv[:split].view(pk.prompts, pk.prefix, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+    qc, kc, vc = qkv[split:].view(pk.rows, pk.completion, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+    yp = attn.attend(qp, kp, vp, masks[0])
+
+    def with_prompt(prompt: Tensor, own: Tensor) -> Tensor:
+        # [B, H, P, D] broadcast over the group, then each row's own columns: [N, H, P+Lc, D]
+        b, k = pk.prompts, pk.group_size
+        shared = prompt.unsqueeze(1).expand(b, k, heads, pk.prefix, d)
+        joined = torch.cat([shared, own.view(b, k, heads, pk.completion, d)], dim=3)
+        return joined.view(pk.rows, heads, pk.prefix + pk.completion, d)
+
+    yc = attn.attend(qc, with_prompt(kp, kc), with_prompt(vp, vc), masks[1])
+    y = torch.cat([yp.transpose(1, 2).reshape(split, c), yc.transpose(1, 2).reshape(-1, c)])
+    return attn.resid_dropout(attn.c_proj(y))
+
+
+def _block(block: Block, x: Tensor, pk: Packing, prompt_mask: Tensor, completion_mask: Tensor) -> Tensor:
+    x = x + _attention(block.attn, block.ln_1(x), pk, (prompt_mask, completion_mask))
+    return x + block.mlp(block.ln_2(x))
+
+
+def shared_prefix_hidden(
+    model: GPT,
+    idx: Tensor,
+    position_ids: Tensor,
+    attn_mask: Tensor,
+    group_size: int,
+    prefix_len: int,
+    keep: int,
+) -> Tensor:
+    """Final hidden states (before `ln_f`) of the last `keep` columns `[N, keep, C]`, for rows
+    `idx` `[N, T]` whose first `prefix_len` columns (ids, positions, mask) are the same within
+    each group of `group_size` consecutive rows."""
+    from trainer.policy.gpt import attention_mask  # gpt imports this module
+
+    n, t = idx.shape
+    check_groups(n, t, group_size, prefix_len)
+    pk = Packing(n // group_size, prefix_len, n, t - prefix_len, group_size)
+    p, tr = prefix_len, model.transformer
+    first = slice(None, None, group_size)  # each group's first row holds its prompt
+    cols = torch.arange(t, device=idx.device)
+    prompt_mask = attention_mask(attn_mask[first, :p], cols[:p], cols[:p])  # [B, 1, P, P]
+    completion_mask = attention_mask(attn_mask, cols[p:], cols)  # [N, 1, Lc, T]
+    emb = torch.cat(
+        [
+            (tr.wte(idx[first, :p]) + tr.wpe(position_ids[first, :p])).reshape(pk.prompt_rows, -1),
+            (tr.wte(idx[:, p:]) + tr.wpe(position_ids[:, p:])).reshape(n * pk.completion, -1),
+        ]
+    )
+    x = tr.drop(emb)
+    use_checkpoint = model.config.gradient_checkpointing and model.training
+    for block in tr.h:
+        if use_checkpoint:
+            x = checkpoint(_block, block, x, pk, prompt_mask, completion_mask, use_reentrant=False)
+        else:
+            x = _block(block, x, pk, prompt_mask, completion_mask)
+    completion = x[pk.prompt_rows :].view(n, pk.completion, -1)
+    if keep <= pk.completion:
+        return completion[:, pk.completion - keep :]
+    prompt = x[: pk.prompt_rows].view(pk.prompts, p, -1)[:, p - (keep - pk.completion) :]
+    return torch.cat([prompt.repeat_interleave(group_size, dim=0), completion], dim=1)
