@@ -10,7 +10,7 @@ from trainer.grpo.minibatch import select_rows
 from trainer.grpo.reward_source import InlineRewards
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.policy.gpt import GPT, positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.sampler import lay_out
 
@@ -108,7 +108,10 @@ def test_a_grpo_step_is_the_same_with_and_without_sharing():
     pairs = [Pair(p, t) for p, t in [("e4", "ab"), ("d4 d5", "cd"), ("c4", "ef"), ("Nf3 Nc6 g3", "gh")]]
 
     def reward(completions, targets):
-        return [sum(a == b for a, b in zip(c, t, strict=False)) / len(t) for c, t in zip(completions, targets)]
+        return [
+            sum(a == b for a, b in zip(c, t, strict=False)) / len(t)
+            for c, t in zip(completions, targets, strict=True)
+        ]
 
     figures, weights = [], []
     for shared in (False, True):
