@@ -30,18 +30,31 @@ def resolve_attention(setting: str, device: torch.device | str, dtype: str) -> t
     return "sdpa", "auto: torch's fused attention kernel"
 
 
+def mask_input(implementation: str, mask: Tensor | None) -> Tensor | None:
+    """The mask as a model's blocks take it: the boolean mask for `sdpa`; for `eager` the additive
+    float32 bias (0 or -inf) that `eager_attention` adds, made once per forward instead of per layer."""
+    if mask is None or implementation != "eager":
+        return mask
+    return torch.where(mask, 0.0, float("-inf"))
+
+
 def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
     """softmax(q k^T / sqrt(d) + mask) v, as `F.scaled_dot_product_attention` computes it.
 
-    q `[B, H, T, D]`, k and v `[B, H, Tk, D]`; mask `[B, 1, T, Tk]` bool (True: attend) or None for
-    plain causal attention (query i sees keys 0..i, the queries being the last T keys). The softmax
-    runs in float32 whatever the inputs' dtype, as the fused kernels accumulate it.
+    q `[B, H, T, D]`, k and v `[B, H, Tk, D]`; mask `[B, 1, T, Tk]` bool (True: attend), or float32
+    (added to the scaled scores: `mask_input`), or None for plain causal attention (query i sees
+    keys 0..i, the queries being the last T keys). The softmax runs in float32 whatever the inputs'
+    dtype, as the fused kernels accumulate it.
     """
     t, tk = q.shape[-2], k.shape[-2]
-    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if mask is None:
-        mask = torch.ones(t, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - t)
-    scores = scores.masked_fill(~mask, float("-inf"))
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    scale = q.shape[-1] ** -0.5
+    if mask is not None and mask.dtype != torch.bool:
+        scores = torch.add(mask, scores, alpha=scale)  # one pass: scale, bias and float32
+    else:
+        if mask is None:
+            mask = torch.ones(t, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - t)
+        scores = (scores * scale).masked_fill(~mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)

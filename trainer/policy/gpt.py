@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.model_config import BuiltinModelConfig
-from trainer.policy.attention import eager_attention
+from trainer.policy.attention import eager_attention, mask_input
 from trainer.policy.kv_cache import KVCache
 from trainer.policy.shared_prefix import shared_prefix_hidden
 
@@ -122,6 +122,7 @@ class GPT(nn.Module):
         )
         self.lm_head = nn.Linear(config.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied: one matrix for input and output
+        self.attention = "sdpa"  # every block's attention implementation (`set_attention`)
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled down so the residual stream's variance does not grow with depth.
         for name, p in self.named_parameters():
@@ -132,6 +133,7 @@ class GPT(nn.Module):
         """'sdpa' (torch's fused kernel) or 'eager' (explicit matmuls): `trainer.policy.attention`."""
         if implementation not in ("sdpa", "eager"):
             raise ValueError(f"attention implementation must be 'sdpa' or 'eager', got {implementation!r}")
+        self.attention = implementation
         for block in self.transformer.h:
             block.attn.implementation = implementation
 
@@ -198,7 +200,10 @@ class GPT(nn.Module):
         cols, mask = None, None
         if kv_cache is not None:
             cols, key_valid, key_cols = kv_cache.open(t, attn_mask)  # cols [T]: written by this call
-            mask = attention_mask(key_valid, cols, key_cols)
+            if t == 1 and attn_mask is None:
+                mask = key_valid[:, None, None, :]  # one real query at the newest column: any valid key
+            else:
+                mask = attention_mask(key_valid, cols, key_cols)
             if position_ids is None:
                 if attn_mask is not None:
                     raise ValueError("forward with kv_cache and attn_mask needs explicit position_ids")
@@ -211,6 +216,7 @@ class GPT(nn.Module):
                     position_ids = positions_from_mask(attn_mask)
             elif position_ids is None:
                 position_ids = torch.arange(t, device=idx.device).unsqueeze(0)
+        mask = mask_input(self.attention, mask)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(position_ids))
         use_checkpoint = self.config.gradient_checkpointing and self.training and kv_cache is None
         for layer, block in enumerate(self.transformer.h):

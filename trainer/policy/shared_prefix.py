@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from trainer.policy.attention import mask_input
+
 if TYPE_CHECKING:
     from trainer.policy.gpt import GPT, Block, CausalSelfAttention
 
@@ -93,8 +95,8 @@ def shared_prefix_hidden(
     p, tr = prefix_len, model.transformer
     first = slice(None, None, group_size)  # each group's first row holds its prompt
     cols = torch.arange(t, device=idx.device)
-    prompt_mask = attention_mask(attn_mask[first, :p], cols[:p], cols[:p])  # [B, 1, P, P]
-    completion_mask = attention_mask(attn_mask, cols[p:], cols)  # [N, 1, Lc, T]
+    prompt_mask = mask_input(model.attention, attention_mask(attn_mask[first, :p], cols[:p], cols[:p]))
+    completion_mask = mask_input(model.attention, attention_mask(attn_mask, cols[p:], cols))  # [N, 1, Lc, T]
     emb = torch.cat(
         [
             (tr.wte(idx[first, :p]) + tr.wpe(position_ids[first, :p])).reshape(pk.prompt_rows, -1),

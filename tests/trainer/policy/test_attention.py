@@ -9,7 +9,7 @@ from trainer.config import SamplingConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.engine import Trainer
 from trainer.model_config import BuiltinModelConfig
-from trainer.policy.attention import eager_attention, resolve_attention
+from trainer.policy.attention import eager_attention, mask_input, resolve_attention
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT, attention_mask
 from trainer.sampling.sampler import generate
@@ -30,6 +30,11 @@ def test_eager_attention_equals_the_fused_kernel_with_a_padding_mask():
     mask = attention_mask(valid, cols, cols)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(eager_attention(q, k, v, mask, 0.0), expected, rtol=0, atol=1e-6)
+    bias = mask_input("eager", mask)  # what the GPT's blocks get: made once per forward
+    assert bias.dtype == torch.float32 and mask_input("sdpa", mask) is mask
+    torch.testing.assert_close(eager_attention(q, k, v, bias, 0.0), expected, rtol=0, atol=1e-6)
+    half = eager_attention(*(x.bfloat16() for x in (q, k, v)), bias, 0.0)
+    assert half.dtype == torch.bfloat16 and (half.float() - expected).abs().max() < 3e-2
 
 
 def test_eager_attention_is_causal_without_a_mask_also_for_queries_after_cached_keys():
