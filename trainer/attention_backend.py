@@ -29,6 +29,7 @@ def configure_policy_attention(
 ) -> dict[str, str]:
     """Give the policy the attention `model.attn_implementation` resolves to on `device` computing
     in `dtype` (`trainer.policy.attention`); {"attention", "attention_reason"} for the record."""
-    implementation, reason = resolve_attention(model_cfg.attn_implementation, device, dtype)
+    positions = policy.max_positions if model_cfg.source == "builtin" else None
+    implementation, reason = resolve_attention(model_cfg.attn_implementation, device, dtype, positions)
     policy.set_attention(implementation)
     return {"attention": implementation, "attention_reason": reason}

@@ -45,7 +45,7 @@ class _ModelBase(Frozen):
         "auto",
         description="attention kernel: sdpa, torch's fused one; eager, explicit matmuls; flash_attention_2 (hf "
         "only, needs flash-attn on a GPU); auto: eager on a CPU computing in bf16 or fp16, where the fused "
-        "kernel is slow, else sdpa",
+        "kernel is slow, or for the built-in GPT on a CPU with block_size <= 256, where eager is faster; else sdpa",
     )
 
     @model_validator(mode="before")

@@ -40,7 +40,8 @@ def shipped_settings(device: str) -> dict[str, Any]:
     width = getattr(demo.model, "n_embd", None)
     dtype, reason = resolve_dtype(demo.precision.dtype, device, width)
     decoding, _ = resolve_sampling_dtype(demo.sampling.dtype, dtype, device, width)
-    attention, _ = resolve_attention(demo.model.attn_implementation, device, dtype)
+    positions = demo.model.block_size if demo.model.source == "builtin" else None
+    attention, _ = resolve_attention(demo.model.attn_implementation, device, dtype, positions)
     compilable = compile_unsupported_reason(device) is None
     return {
         "precision.dtype": demo.precision.dtype,

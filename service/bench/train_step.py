@@ -103,7 +103,8 @@ def run_trial(
     configure_attention(dev)  # the kernels the trainer runs with
     precision = Precision(precision_cfg, dev)
     model = GPT(BuiltinModelConfig(size=size, block_size=max(256, seq_len)), TOKENIZER.vocab_size).to(dev)
-    model.set_attention(resolve_attention("auto", dev, precision.dtype)[0])  # as a run in this mode attends
+    # as a run in this mode attends
+    model.set_attention(resolve_attention("auto", dev, precision.dtype, model.config.block_size)[0])
     forward = maybe_compile(model, device=dev, enabled=compile_, what="the training step benchmark")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused, foreach=None if fused else True)
     ids = torch.randint(0, TOKENIZER.vocab_size, (batch, seq_len + 1), device=dev)  # [B, T+1]

@@ -78,6 +78,10 @@ def test_auto_takes_eager_only_for_low_precision_on_a_cpu():
     assert resolve_attention("auto", "cpu", "bf16")[0] == "eager"
     assert resolve_attention("auto", "cpu", "fp16")[0] == "eager"
     assert resolve_attention("auto", "cpu", "fp32")[0] == "sdpa"
+    # the built-in GPT in fp32: eager up to EAGER_MAX_POSITIONS, whose scores stay small
+    assert resolve_attention("auto", "cpu", "fp32", builtin_positions=256)[0] == "eager"
+    assert resolve_attention("auto", "cpu", "fp32", builtin_positions=512)[0] == "sdpa"
+    assert resolve_attention("auto", "cuda", "fp32", builtin_positions=128)[0] == "sdpa"
     assert resolve_attention("auto", "cuda", "bf16")[0] == "sdpa"
     assert resolve_attention("eager", "cuda", "bf16") == ("eager", "set in the config")
     with pytest.raises(ValueError, match="attn_implementation"):
@@ -91,11 +95,13 @@ def test_the_trainer_gives_the_policy_the_resolved_attention_and_records_why():
     low = trainer(precision={"dtype": "bf16"})
     assert low.attention["attention"] == "eager" and "bf16 on a CPU" in low.attention["attention_reason"]
     assert all(b.attn.implementation == "eager" for b in low.model.transformer.h)
-    full = trainer(precision={"dtype": "fp32"})
+    short = trainer(precision={"dtype": "fp32"})  # block_size 256
+    assert short.attention["attention"] == "eager" and "at most 256" in short.attention["attention_reason"]
+    full = trainer(precision={"dtype": "fp32"}, model={"block_size": 512})
     assert full.attention["attention"] == "sdpa"
     assert all(b.attn.implementation == "sdpa" for b in full.model.transformer.h)
-    chosen = trainer(precision={"dtype": "fp32"}, model={"attn_implementation": "eager"})
-    assert chosen.attention == {"attention": "eager", "attention_reason": "set in the config"}
+    chosen = trainer(precision={"dtype": "fp32"}, model={"attn_implementation": "sdpa"})
+    assert chosen.attention == {"attention": "sdpa", "attention_reason": "set in the config"}
 
 
 def test_flash_attention_is_refused_for_the_builtin_gpt():
