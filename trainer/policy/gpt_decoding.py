@@ -25,7 +25,7 @@ def decode_step(model: GPT, tokens: Tensor, position_ids: Tensor, cache: KVCache
     Static shapes and no Python values read from tensors, so it compiles with fullgraph=True and
     replays as a CUDA graph.
     """
-    return model(tokens.unsqueeze(1), position_ids.unsqueeze(1), kv_cache=cache)[:, -1]
+    return model.decode_one(tokens, position_ids, cache)
 
 
 @functools.lru_cache(maxsize=8)
