@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from actors.pool.config import PoolConfig
 from actors.run.omp_env import default_threads, resolve_wait_policy
 from service.config import ScalingConfig
 from service.presets import PRESETS
@@ -32,6 +33,7 @@ def shipped_settings(device: str) -> dict[str, Any]:
         {k: v for k, v in PRESETS["demo"].items() if k in TrainerConfig.model_fields}
     )
     scaling = ScalingConfig.model_validate(PRESETS["demo"].get("scaling", {}))
+    placement = PoolConfig.model_validate(PRESETS["demo"].get("pool", {})).placement
     threads = scaling.torch_threads or default_threads(scaling.num_workers)
     env, _ = resolve_wait_policy(
         scaling.omp_wait_policy, workers_on_node=scaling.num_workers, torch_threads=scaling.torch_threads
@@ -56,6 +58,7 @@ def shipped_settings(device: str) -> dict[str, Any]:
         "waits": waits,  # passive, active or OpenMP's own
         "sampling_threads": scaling.sampling_threads or "rule",  # unset: `actors.run.threads`' rule
         "env": env,
+        "placement": placement,  # where a step's rewards are scored (`pool.placement`)
     }
 
 
@@ -127,6 +130,12 @@ def shipped_rows(device: str, threads: int, unshipped: bool = True) -> tuple[lis
         )
     else:
         notes.append(f"No bf16 row: {ship['precision_reason']}.")
+    if ship["placement"] != "pool":  # the reference streams every step's rewards to the pool
+        options = {**options, "rewards": ship["placement"]}
+        how = "measured per step, in process or on the pool" if ship["placement"] == "auto" else "in process"
+        rows.append(
+            (f"+ reward placement as shipped ({ship['placement']}: {how})", dict(updates), dict(options))
+        )
     shipped_compile = ship["model.compile"] or ship["sampling.compile"]
     default = rows[-1][0] if rows else REFERENCE_ROW
     if compile_unsupported_reason(device) is None and (shipped_compile or unshipped):

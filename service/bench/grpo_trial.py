@@ -24,7 +24,7 @@ import ray
 import torch
 
 from actors.pool.config import PoolConfig
-from actors.pool.placement import PlacedRewards
+from actors.pool.placement import PROBE, PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from actors.run.threads import choose_sampling_threads
 from rewards import RewardConfig, Scorer
@@ -226,12 +226,15 @@ def run_trial(
     fixed_length: every completion decodes sampling.max_new_tokens tokens, EOS ignored (equal work
     whatever the policy).
 
-    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing.
+    The warm-up steps also compile (with model.compile / sampling.compile), outside the timing;
+    with rewards="auto" there are at least as many as placement's probe steps.
     sampling_threads: torch threads while decoding: None leaves `threads`; "rule" (the shipped
     default), "auto" or a count as a trainer worker takes them (`actors.run.threads.choose_sampling_threads`).
     """
     if device == "cpu":
         torch.set_num_threads(threads)
+    if rewards == "auto":  # placement's probe steps are not the steady state it settles in
+        warmup = max(warmup, len(PROBE))
     if legacy_logprobs:
         use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)

@@ -65,24 +65,33 @@ def test_the_peer_runs_through_the_fixed_length_wrapper(monkeypatch):
 def test_shipped_rows_follow_the_wait_policy(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    # 2 trainer threads on 2 cores: OpenMP's own wait, decoding on both threads: nothing added
+    placed = "+ reward placement as shipped (auto: measured per step, in process or on the pool)"
+    # 2 trainer threads on 2 cores: OpenMP's own wait, decoding on both threads: only the placement
     monkeypatch.setattr("actors.run.omp_env.usable_cores", lambda: 2)
-    assert grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)[0] == []
-    assert grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)[2] == grpo_rows.REFERENCE_ROW
+    rows, _, default = grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)
+    assert [r[0] for r in rows] == [placed] and default == placed and rows[0][2]["rewards"] == "auto"
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=False)
-    assert [r[0] for r in rows] == ["+ threads as shipped (2, OpenMP's own wait)"] and default == rows[0][0]
-    assert rows[0][2]["env"] == {} and rows[0][2]["threads"] == 2
+    assert [r[0] for r in rows] == [
+        "+ threads as shipped (2, OpenMP's own wait)",
+        placed,
+    ] and default == placed
+    assert rows[0][2]["env"] == {} and rows[0][2]["threads"] == 2 and rows[0][2]["rewards"] == "pool"
+    assert rows[1][2]["threads"] == 2  # each row keeps the ones before it
     assert any("no native bf16" in n for n in notes)
     # a passive wait where the trials run: the rule decodes a small model on one thread
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     rows, _, default = grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)
-    assert [r[0] for r in rows] == ["+ decode threads as shipped (one for a small decode step)"]
-    assert rows[0][2]["sampling_threads"] == "rule" and default == rows[0][0]
+    assert [r[0] for r in rows] == ["+ decode threads as shipped (one for a small decode step)", placed]
+    assert rows[0][2]["sampling_threads"] == "rule" and default == placed
     # one core: one thread, so nothing to wait for and nothing to decode on fewer threads
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setattr("actors.run.omp_env.usable_cores", lambda: 1)
     rows, _, _ = grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)
-    assert [r[0] for r in rows] == ["+ threads as shipped (1, OpenMP's own wait)"]
+    assert [r[0] for r in rows] == ["+ threads as shipped (1, OpenMP's own wait)", placed]
+    # a preset that streams every step to the pool, as the reference does: no placement row
+    demo = {**grpo_rows.PRESETS["demo"], "pool": {**grpo_rows.PRESETS["demo"]["pool"], "placement": "pool"}}
+    monkeypatch.setitem(grpo_rows.PRESETS, "demo", demo)
+    assert placed not in [r[0] for r in grpo_rows.shipped_rows("cpu", threads=2, unshipped=False)[0]]
 
 
 def test_shipped_rows_follow_the_hardware(monkeypatch):
@@ -97,7 +106,8 @@ def test_shipped_rows_follow_the_hardware(monkeypatch):
     rows, notes, default = grpo_rows.shipped_rows("cpu", threads=1, unshipped=True)
     by_name = {r[0]: r for r in rows}
     bf16 = next(n for n in by_name if "bf16 autocast" in n)
-    assert by_name[bf16][1]["precision.dtype"] == "bf16" and default == bf16  # compile is not shipped
+    assert by_name[bf16][1]["precision.dtype"] == "bf16" and default.startswith("+ reward placement")
+    assert by_name[default][1]["precision.dtype"] == "bf16"  # compile is not shipped
     assert rows[-1][0].endswith("not shipped") and rows[-1][1]["model.compile"] is True
     assert [r[0] for r in grpo_rows.reference_rows()][-1] == grpo_rows.REFERENCE_ROW
 
