@@ -36,6 +36,7 @@ from actors.pool.worker_watch import RssWatch
 from actors.run.checkpoints import CheckpointWriter, load_verified
 from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, TRAIN_POLL_ENV
+from actors.run.heap import frozen_heap
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
 from trainer.checkpoint import step_dir_name
@@ -182,20 +183,21 @@ class WorkerLoop:
             source, grpo_source = self._sources()
             data = StepData(self.schedule, source, self.rank, self.world, grpo_source=grpo_source)
             try:
-                while step < self.schedule.total:
-                    step += 1
-                    ended = self.train_step(step, data)
-                    if ended is not None:
-                        self.checkpoint(step)  # the step kept only usable groups: a state to resume from
-                        raise RunEnded(ended)
-                    kind = self.schedule.eval_due(step)
-                    if kind:
-                        self.evaluate(step, kind)
-                    stopping = self.stop_agreed()
-                    if self.schedule.checkpoint_due(step, stopping):
-                        self.checkpoint(step)
-                    if stopping:
-                        break
+                with frozen_heap():  # full garbage collections skip what the run was built of
+                    while step < self.schedule.total:
+                        step += 1
+                        ended = self.train_step(step, data)
+                        if ended is not None:
+                            self.checkpoint(step)  # the step kept only usable groups: a state to resume from
+                            raise RunEnded(ended)
+                        kind = self.schedule.eval_due(step)
+                        if kind:
+                            self.evaluate(step, kind)
+                        stopping = self.stop_agreed()
+                        if self.schedule.checkpoint_due(step, stopping):
+                            self.checkpoint(step)
+                        if stopping:
+                            break
             finally:
                 data.close()
         except RunEnded as exc:  # said once, by the driver's summary; the workers return normally

@@ -26,6 +26,7 @@ import torch
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PROBE, PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from actors.run.heap import frozen_heap
 from actors.run.threads import choose_sampling_threads
 from rewards import RewardConfig, Scorer
 from service.bench.inline_scoring import scorer_rewards
@@ -255,7 +256,8 @@ def run_trial(
         decode = choose_sampling_threads(trainer, setting, pairs[0].prompt)
     try:
         memory = PeakMemory(trainer.device)
-        records = _timed_steps(trainer, pairs, timed, rollouts, warmup, steps)
+        with frozen_heap():  # as the run's loop steps (`actors.run.heap`)
+            records = _timed_steps(trainer, pairs, timed, rollouts, warmup, steps)
         peak = memory.result()
     finally:
         if pool is not None:
