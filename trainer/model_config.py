@@ -47,6 +47,12 @@ class _ModelBase(Frozen):
         "only, needs flash-attn on a GPU); auto: eager on a CPU computing in bf16 or fp16, where the fused "
         "kernel is slow, or for the built-in GPT on a CPU with block_size <= 256, where eager is faster; else sdpa",
     )
+    shared_prefix: bool = Field(
+        True,
+        description="GRPO's log-prob passes (reference and update) run each group's prompt through the model "
+        "once for its K completions instead of K times (hf: through the model's KV cache); the same log-probs "
+        "up to float rounding",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -77,11 +83,6 @@ class BuiltinModelConfig(_ModelBase):
     n_embd: int = Field(128, ge=8, description="embedding width (default: the size's)")
     dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="dropout on embeddings, attention and MLP outputs"
-    )
-    shared_prefix: bool = Field(
-        True,
-        description="GRPO's log-prob passes (reference and update) run each group's prompt through the "
-        "blocks once for its K completions instead of K times; the same log-probs up to float rounding",
     )
 
     @model_validator(mode="before")

@@ -4,7 +4,8 @@ Both are 2 layers, 128 wide, 4 heads (the built-in `tiny` GPT and a GPT-2 made b
 `service.tiny_model`, whose character vocabulary is 101 tokens against the chess alphabet's 46),
 at the precision, attention and decoding dtype `auto` gives on the machine, with the same
 sampling, GRPO and optimiser settings and in-process scoring, each run as the service runs it
-(`Trainer.grpo_step`). A third row runs the same hf policy with GPT-2's `gelu_new` as
+(`Trainer.grpo_step`), every completion decoded to `max_new_tokens` (EOS ignored), so both do the
+same work whatever lengths each policy would sample. A third row runs the same hf policy with GPT-2's `gelu_new` as
 transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps alternate
 between the policies so that load drifts hit them alike; medians are reported.
 
@@ -119,7 +120,7 @@ def _precision_note() -> str:
 
 def bench_hf(plan: HFPlan) -> dict[str, Any]:
     section = new_section("hf", TITLE, owns=HEADLINE)
-    rates = bench_rates(plan)
+    rates = bench_rates(plan, fixed_length=True)  # equal work: both decode every completion in full
     rows = [
         [
             p,
@@ -135,8 +136,9 @@ def bench_hf(plan: HFPlan) -> dict[str, Any]:
     set_headline(section, "hf_vs_builtin", hf / builtin)
     section["data"] = {"rates": rates, "plan": plan.__dict__}
     section["notes"] += [
-        f"{plan.prompts} prompts x {plan.group_size} completions of up to {plan.max_new_tokens} tokens, "
-        f"{_precision_note()}, in-process scoring; steps alternate between the policies",
+        f"{plan.prompts} prompts x {plan.group_size} completions of {plan.max_new_tokens} tokens each (EOS "
+        f"ignored: equal work, whatever each policy would sample), {_precision_note()}, in-process scoring; "
+        "steps alternate between the policies",
         f"'{STOCK_GELU}': the same hf policy with GPT-2's `NewGELUActivation` as transformers defines it, "
         "in place of the policy's `GeluNew` (equal values, fewer temporaries); not a headline",
     ]

@@ -30,6 +30,7 @@ from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
 from trainer.policy.hf_cache import cache_kwarg, output_cache, preallocate
 from trainer.policy.hf_gelu import replace_gelu_new
+from trainer.policy.hf_shared_prefix import shared_prefix_logits
 from trainer.policy.hf_tokenizer import HFTokenizer
 
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
@@ -65,9 +66,19 @@ class HFCausalLM(nn.Module):
         position_ids: Tensor | None = None,
         attn_mask: Tensor | None = None,
         logits_to_keep: int = 0,
+        shared_prefix: tuple[int, int] | None = None,
     ) -> Tensor:
+        """shared_prefix (K, P): rows in groups of K sharing their first P columns, each group's
+        prompt run once (`trainer.policy.hf_shared_prefix`); not while dropout is active or with
+        gradient checkpointing in training (transformers then turns the cache off)."""
         if attn_mask is not None and position_ids is None:
             position_ids = positions_from_mask(attn_mask)
+        if shared_prefix is not None and self._can_share():
+            if attn_mask is None:
+                attn_mask = torch.ones_like(ids, dtype=torch.bool)
+                position_ids = positions_from_mask(attn_mask) if position_ids is None else position_ids
+            keep = min(logits_to_keep, ids.shape[1]) if logits_to_keep > 0 else ids.shape[1]
+            return shared_prefix_logits(self.model, ids, position_ids, attn_mask, *shared_prefix, keep)
         mask = None if attn_mask is None else attn_mask.long()
         out = self.model(
             input_ids=ids,
@@ -77,6 +88,21 @@ class HFCausalLM(nn.Module):
             logits_to_keep=logits_to_keep,
         )
         return out.logits
+
+    def _can_share(self) -> bool:
+        if not self.training:
+            return True
+        dropping = any(m.p > 0 for m in self.modules() if isinstance(m, nn.Dropout))
+        return not dropping and not _checkpointing(self.model)
+
+
+def _checkpointing(model: nn.Module) -> bool:
+    """Whether a transformers model (under peft's wrapper or not) recomputes activations."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # newer name first
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
+    return False
 
 
 def load_kwargs(cfg: HFModelConfig) -> dict:
@@ -141,7 +167,6 @@ class HFPolicy:
     """A `transformers` causal LM and its tokenizer behind the `Policy` interface."""
 
     positions_key = "the model's max_position_embeddings"
-    shared_prefix = False  # transformers' forward runs every row's prompt
 
     def __init__(self, model: nn.Module, tokenizer: HFTokenizer, cfg: HFModelConfig) -> None:
         self.module = HFCausalLM(model)
@@ -168,6 +193,10 @@ class HFPolicy:
     @property
     def is_lora(self) -> bool:
         return hasattr(self.model, "peft_config")
+
+    @property
+    def shared_prefix(self) -> bool:
+        return self.cfg.shared_prefix
 
     @property
     def vocab_size(self) -> int:

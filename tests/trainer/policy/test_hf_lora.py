@@ -73,11 +73,13 @@ def test_only_adapter_tensors_change_and_the_reference_is_the_base_model(base_di
     }
     base = HFCausalLM(HFPolicy.load(_cfg(base_dir, lora=False).model).model).eval()
     with torch.no_grad():
-        expected = [completion_logprobs(base, r, 1.0)[0] for r in rollouts]
+        # the reference pass runs each group's prompt once (model.shared_prefix), so the base does too
+        expected = [completion_logprobs(base, r, 1.0, shared_prefix=True)[0] for r in rollouts]
         adapted = [completion_logprobs(trainer.model.eval(), r, 1.0)[0] for r in rollouts]
     for ref, want, with_adapter in zip(trainer.reference_logprobs(rollouts), expected, adapted, strict=True):
-        assert torch.equal(ref, want)  # bit for bit
-        assert not torch.equal(with_adapter, want)  # the adapter did change the policy
+        # through the cache under peft's wrapper the last bit may differ (1.2e-7 seen), no more
+        torch.testing.assert_close(ref, want, rtol=0, atol=1e-6)
+        assert (with_adapter - want).abs().max() > 1e-4  # the adapter did change the policy
 
 
 def test_merged_export_equals_base_plus_adapter(base_dir, tmp_path):
