@@ -262,6 +262,11 @@ def run_trial(
     finally:
         if pool is not None:
             pool.shutdown()
+    return {**summarise_steps(records), **peak, "runtime": _runtime(trainer, decode, source)}
+
+
+def _runtime(trainer: Trainer, decode: dict[str, Any], source: Any) -> dict[str, Any]:
+    """What the trial ran with: precision, threads, the wait policy, decoding threads, placement."""
     runtime = {
         "precision": trainer.precision.dtype,
         "torch_threads": torch.get_num_threads(),
@@ -270,7 +275,7 @@ def run_trial(
     }
     if isinstance(source, PlacedRewards):
         runtime["placement_decisions"] = source.decisions
-    return {**summarise_steps(records), **peak, "runtime": runtime}
+    return runtime
 
 
 def _timed_steps(
