@@ -5,9 +5,9 @@ Both are 2 layers, 128 wide, 4 heads (the built-in `tiny` GPT and a GPT-2 made b
 at the precision, attention and decoding dtype `auto` gives on the machine, with the same
 sampling, GRPO and optimiser settings and in-process scoring, each run as the service runs it
 (`Trainer.grpo_step`), every completion decoded to `max_new_tokens` (EOS ignored), so both do the
-same work whatever lengths each policy would sample. A third row runs the same hf policy with GPT-2's `gelu_new` as
-transformers defines it, to show what `trainer/policy/hf_gelu.py` changes. Steps alternate
-between the policies so that load drifts hit them alike; medians are reported.
+same work whatever lengths each policy would sample. A third row runs the same hf policy with
+GPT-2's `gelu_new` as transformers defines it, to show what `trainer/policy/hf_gelu.py` changes.
+Steps alternate between the policies so that load drifts hit them alike; medians are reported.
 
     hf_completions_per_s   completions per second of a whole GRPO step on the hf path
     hf_vs_builtin          that over the built-in GPT's (the issue's target: >= 0.7)

@@ -8,7 +8,7 @@ which policy they serve. Two implement it: the built-in GPT (`trainer.policy.bui
   `module(ids [B, T], position_ids [B, T] | None, attn_mask [B, T] bool | None, logits_to_keep=0)
   -> logits [B, T, V]` (`logits_to_keep` > 0: only the last that many positions, `transformers`' name).
   Positions count real tokens (left pads get 0), so a left-padded row gives the logits it would
-  alone. With `shared_prefix` the forward also takes `shared_prefix=(K, P)` (the built-in GPT).
+  alone. With `shared_prefix` the forward also takes `shared_prefix=(K, P)` (both policies).
 - `decoder(...)` prefills a batch of left-padded prompts into a fresh cache, repeats each prompt's
   cache for its K completions, and returns the first next-token logits and a one-token step.
 - `reference(on_cpu)` is the frozen KL reference: a module and the context to run it in.

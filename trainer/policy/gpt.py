@@ -234,14 +234,13 @@ class GPT(nn.Module):
         """One decoding step: next-token logits `[N, V]` of tokens `[N]` at positions `[N]`, their
         keys and values written to the cache. The arithmetic of `forward` with the cache and one
         column, without its module calls and general masks: a small model's decode step is mostly
-        such overhead (a 64-row `generate` of the tiny model 55 -> 52 ms). Eval mode: no dropout."""
+        such overhead (a 64-row `generate` of the tiny model 4-8% faster). Eval mode: no dropout."""
         tr, (n,) = self.transformer, tokens.shape
         x = tr.wte(tokens) + tr.wpe(position_ids)  # [N, C]
         c = x.shape[-1]
         cols, key_valid, _ = kv_cache.open(1, None)
-        mask = mask_input(
-            self.attention, key_valid[:, None, None, :]
-        )  # the newest column sees every valid key
+        valid = key_valid[:, None, None, :]  # the newest column sees every valid key
+        mask = mask_input(self.attention, valid)
         for layer, block in enumerate(tr.h):
             attn = block.attn
             h = block.ln_1(x)
