@@ -20,6 +20,13 @@ pytestmark = pytest.mark.usefixtures("clean_after")
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.fixture(autouse=True)
+def no_warm_sandbox_before():
+    """Each test starts with no warm sandbox: `the_sandbox` counts idle ones, and another module run
+    earlier in this process (concurrent code-task scoring) may have left several."""
+    POOL.close()
+
+
 def the_sandbox():
     """The one idle warm sandbox of the default limits (the one the executions above ran on)."""
     idle = POOL._idle.get(WarmKey.of(sys.executable, SandboxLimits()), [])
