@@ -8,8 +8,11 @@ without end or crash its process, and in process that process is the trainer's (
 runs them there). With the task's own built-in reward alone, `auto` scores its first four steps on
 the pool and in process in turn, timing what each costs the step's critical path (the time spent
 in `submit` and `collect`) per item, and keeps the side whose cheaper step was cheaper.
-While it runs it keeps timing the chosen side; when that cost moves by more than `RECHECK_RATIO`
-either way, it measures both sides again. Every decision is logged with its figures, and each
+While it runs it keeps timing the chosen side, and measures both sides again when the other may
+have become the cheaper: the chosen side's cost fell below 1/`RECHECK_RATIO` of its cost at the
+decision (the other may have fallen further), or rose past `RECHECK_RATIO` times it and past what
+the other side cost then. (A rise alone was the rule before: the FEN reward at 0.015 ms an item in
+process against 0.14 on the pool crossed 2x on noise and sent whole steps back to the pool.) Every decision is logged with its figures, and each
 step's stats carry `placement_inline` (1 or 0) and the two per-item costs last measured, which the
 trainer writes to `metrics.jsonl` as `scorer_placement_*`.
 
@@ -59,6 +62,7 @@ class PlacedRewards:
         self.where = mode if mode != "auto" else PROBE[0]
         self.cost_ms: dict[str, float | None] = {"inline": None, "pool": None}  # per item, last measured
         self._chosen_ms: float | None = None
+        self._other_ms: float | None = None  # the side not chosen, at the decision
         self._probed: dict[str, list[float]] = {"inline": [], "pool": []}
         self._pinned = False
         self._spent = 0.0  # seconds of this step's critical path in submit/collect
@@ -146,12 +150,17 @@ class PlacedRewards:
                 self.where = self._probe[0]
             else:
                 self._decide("measured both")
-        elif self._chosen_ms and not (1 / RECHECK_RATIO <= ms / self._chosen_ms <= RECHECK_RATIO):
+        elif self._chosen_ms and self._recheck_due(ms):
             self._log(
                 f"[placement] {self.where} now costs {ms:.3f} ms/item (was {self._chosen_ms:.3f}): measuring again"
             )
             self._probe = list(PROBE)
             self.where = self._probe[0]
+
+    def _recheck_due(self, ms: float) -> bool:
+        """Whether the chosen side's cost `ms` per item moved so that the other side may be cheaper."""
+        chosen, other = self._chosen_ms, self._other_ms or 0.0
+        return ms < chosen / RECHECK_RATIO or ms > max(chosen * RECHECK_RATIO, other)
 
     def _decide(self, why: str) -> None:
         inline, pool = (min(self._probed[side], default=None) for side in ("inline", "pool"))
@@ -161,7 +170,7 @@ class PlacedRewards:
             self.where = self._probe[0]
             return
         self.where = "inline" if inline <= pool else "pool"
-        self._chosen_ms = inline if self.where == "inline" else pool
+        self._chosen_ms, self._other_ms = (inline, pool) if self.where == "inline" else (pool, inline)
         record = {"where": self.where, "inline_ms_per_item": inline, "pool_ms_per_item": pool, "why": why}
         self.decisions.append(record)
         self._log(f"[placement] rewards scored {'in process' if self.where == 'inline' else 'on the pool'}: "
