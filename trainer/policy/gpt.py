@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import eager_attention, mask_input
 from trainer.policy.kv_cache import KVCache
-from trainer.policy.shared_prefix import shared_prefix_hidden
+from trainer.policy.shared_prefix import dropout_active, shared_prefix_hidden
 
 
 def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
@@ -137,9 +137,6 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             block.attn.implementation = implementation
 
-    def _dropout_active(self) -> bool:
-        return self.training and any(m.p > 0 for m in self.modules() if isinstance(m, nn.Dropout))
-
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -195,7 +192,7 @@ class GPT(nn.Module):
         b, t = idx.shape
         if kv_cache is None and t > self.config.block_size:
             raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
-        if shared_prefix is not None and kv_cache is None and not self._dropout_active():
+        if shared_prefix is not None and kv_cache is None and not dropout_active(self):
             return self._shared_forward(idx, position_ids, attn_mask, logits_to_keep, shared_prefix)
         cols, mask = None, None
         if kv_cache is not None:

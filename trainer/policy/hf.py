@@ -32,6 +32,7 @@ from trainer.policy.hf_cache import cache_kwarg, output_cache, preallocate
 from trainer.policy.hf_gelu import replace_gelu_new
 from trainer.policy.hf_shared_prefix import shared_prefix_logits
 from trainer.policy.hf_tokenizer import HFTokenizer
+from trainer.policy.shared_prefix import dropout_active
 
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
 
@@ -74,11 +75,10 @@ class HFCausalLM(nn.Module):
         if attn_mask is not None and position_ids is None:
             position_ids = positions_from_mask(attn_mask)
         if shared_prefix is not None and self._can_share():
-            if attn_mask is None:
-                attn_mask = torch.ones_like(ids, dtype=torch.bool)
-                position_ids = positions_from_mask(attn_mask) if position_ids is None else position_ids
+            mask = torch.ones_like(ids, dtype=torch.bool) if attn_mask is None else attn_mask
+            positions = positions_from_mask(mask) if position_ids is None else position_ids
             keep = min(logits_to_keep, ids.shape[1]) if logits_to_keep > 0 else ids.shape[1]
-            return shared_prefix_logits(self.model, ids, position_ids, attn_mask, *shared_prefix, keep)
+            return shared_prefix_logits(self.model, ids, positions, mask, *shared_prefix, keep)
         mask = None if attn_mask is None else attn_mask.long()
         out = self.model(
             input_ids=ids,
@@ -90,10 +90,7 @@ class HFCausalLM(nn.Module):
         return out.logits
 
     def _can_share(self) -> bool:
-        if not self.training:
-            return True
-        dropping = any(m.p > 0 for m in self.modules() if isinstance(m, nn.Dropout))
-        return not dropping and not _checkpointing(self.model)
+        return not dropout_active(self) and not (self.training and _checkpointing(self.model))
 
 
 def _checkpointing(model: nn.Module) -> bool:

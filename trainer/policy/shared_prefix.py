@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.policy.attention import mask_input
@@ -36,6 +36,14 @@ class Packing(NamedTuple):
     @property
     def prompt_rows(self) -> int:
         return self.prompts * self.prefix
+
+
+def dropout_active(module: nn.Module) -> bool:
+    """Whether `module` is training with a dropout that drops: shared prompt columns would then share
+    one draw of its noise across the group, so the shared-prefix forward is not taken."""
+    return module.training and any(
+        m.p > 0 for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd)
+    )
 
 
 def check_groups(n: int, t: int, group_size: int, prefix_len: int) -> None:
