@@ -12,9 +12,10 @@ While it runs it keeps timing the chosen side, and measures both sides again whe
 have become the cheaper: the chosen side's cost fell below 1/`RECHECK_RATIO` of its cost at the
 decision (the other may have fallen further), or rose past `RECHECK_RATIO` times it and past what
 the other side cost then. (A rise alone was the rule before: the FEN reward at 0.015 ms an item in
-process against 0.14 on the pool crossed 2x on noise and sent whole steps back to the pool.) Every decision is logged with its figures, and each
-step's stats carry `placement_inline` (1 or 0) and the two per-item costs last measured, which the
-trainer writes to `metrics.jsonl` as `scorer_placement_*`.
+process against 0.14 on the pool crossed 2x on noise and sent whole steps back to the pool.)
+Every decision is logged with its figures, and each step's stats carry `placement_inline` (1 or 0)
+and the two per-item costs last measured, which the trainer writes to `metrics.jsonl` as
+`scorer_placement_*`.
 
 In process, a batch is scored on a thread with the pool's call deadline (`chunk_timeout_s`): a
 reward that overruns it is left behind and the batch goes to the pool, which can kill a worker;

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import eager_attention, mask_input
 from trainer.policy.kv_cache import KVCache
-from trainer.policy.shared_prefix import dropout_active, shared_prefix_hidden
+from trainer.policy.shared_prefix import dropout_active, shared_inputs, shared_prefix_hidden
 
 
 def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
@@ -257,13 +257,8 @@ class GPT(nn.Module):
         logits_to_keep: int,
         shared_prefix: tuple[int, int],
     ) -> Tensor:
-        t = idx.shape[1]
-        if attn_mask is None:
-            attn_mask = torch.ones_like(idx, dtype=torch.bool)
-        if position_ids is None:
-            position_ids = positions_from_mask(attn_mask)
-        keep = min(logits_to_keep, t) if logits_to_keep > 0 else t
-        hidden = shared_prefix_hidden(self, idx, position_ids, attn_mask.bool(), *shared_prefix, keep)
+        mask, positions, keep = shared_inputs(idx, position_ids, attn_mask, logits_to_keep)
+        hidden = shared_prefix_hidden(self, idx, positions, mask, *shared_prefix, keep)
         return self.head(self.transformer.ln_f(hidden))
 
     def head(self, hidden: Tensor) -> Tensor:

@@ -32,7 +32,7 @@ from trainer.policy.hf_cache import cache_kwarg, output_cache, preallocate
 from trainer.policy.hf_gelu import replace_gelu_new
 from trainer.policy.hf_shared_prefix import shared_prefix_logits
 from trainer.policy.hf_tokenizer import HFTokenizer
-from trainer.policy.shared_prefix import dropout_active
+from trainer.policy.shared_prefix import dropout_active, shared_inputs
 
 PAD_TOKEN = "<|pad|>"  # added to a tokenizer that has none (never EOS reused as PAD)
 
@@ -75,9 +75,7 @@ class HFCausalLM(nn.Module):
         if attn_mask is not None and position_ids is None:
             position_ids = positions_from_mask(attn_mask)
         if shared_prefix is not None and self._can_share():
-            mask = torch.ones_like(ids, dtype=torch.bool) if attn_mask is None else attn_mask
-            positions = positions_from_mask(mask) if position_ids is None else position_ids
-            keep = min(logits_to_keep, ids.shape[1]) if logits_to_keep > 0 else ids.shape[1]
+            mask, positions, keep = shared_inputs(ids, position_ids, attn_mask, logits_to_keep)
             return shared_prefix_logits(self.model, ids, positions, mask, *shared_prefix, keep)
         mask = None if attn_mask is None else attn_mask.long()
         out = self.model(

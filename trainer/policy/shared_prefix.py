@@ -46,6 +46,20 @@ def dropout_active(module: nn.Module) -> bool:
     )
 
 
+def shared_inputs(
+    ids: Tensor, position_ids: Tensor | None, attn_mask: Tensor | None, logits_to_keep: int
+) -> tuple[Tensor, Tensor, int]:
+    """The bool mask `[N, T]`, the positions and how many last columns' logits are kept, defaulted
+    as a plain forward defaults them (every token real, positions counted from the mask, every
+    column): what both policies' shared-prefix forwards take."""
+    from trainer.policy.gpt import positions_from_mask  # gpt imports this module
+
+    mask = torch.ones_like(ids, dtype=torch.bool) if attn_mask is None else attn_mask.bool()
+    positions = positions_from_mask(mask) if position_ids is None else position_ids
+    t = ids.shape[1]
+    return mask, positions, min(logits_to_keep, t) if logits_to_keep > 0 else t
+
+
 def check_groups(n: int, t: int, group_size: int, prefix_len: int) -> None:
     """ValueError unless `n` rows of `t` columns form groups of `group_size` with a prompt of
     `prefix_len` columns and at least one column after it."""
