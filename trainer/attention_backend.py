@@ -1,4 +1,5 @@
-"""Which attention a run computes with: the policy's implementation, and on CUDA not cuDNN's kernel.
+"""Which kernels a run computes with: the policy's attention implementation and its fp32 linear
+kernel (`trainer.policy.linear_kernel`), and on CUDA not cuDNN's attention.
 
 A GRPO step attends over shapes that keep changing: the KV cache grows by one column per decoded
 token, and every micro-batch has its own prompt and completion lengths. torch's cuDNN attention
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from trainer.policy.attention import resolve_attention
+from trainer.policy.linear_kernel import resolve_linear_kernel
 
 
 def configure_attention(device: torch.device) -> None:
@@ -33,3 +35,14 @@ def configure_policy_attention(
     implementation, reason = resolve_attention(model_cfg.attn_implementation, device, dtype, positions)
     policy.set_attention(implementation)
     return {"attention": implementation, "attention_reason": reason}
+
+
+def configure_policy_linear(policy: Any, model_cfg: Any, device: torch.device) -> dict[str, str]:
+    """Give the built-in GPT the fp32 linear kernel `model.linear_kernel` resolves to on `device`
+    (`trainer.policy.linear_kernel`); {"linear_kernel", "linear_kernel_reason"} for the record,
+    empty for a policy without the setting."""
+    if model_cfg.source != "builtin":
+        return {}
+    kernel, reason = resolve_linear_kernel(model_cfg.linear_kernel, device)
+    policy.module.set_linear_kernel(kernel)
+    return {"linear_kernel": kernel, "linear_kernel_reason": reason}

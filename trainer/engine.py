@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.attention_backend import configure_attention, configure_policy_attention
+from trainer.attention_backend import configure_attention, configure_policy_attention, configure_policy_linear
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, gather_json, rank_and_world, reduce_on, shard
@@ -36,6 +36,7 @@ from trainer.grpo.selection import GroupSelection, select_groups, skip_record
 from trainer.grpo.shaping import Shaped, mask_rows, shape_rewards
 from trainer.grpo.step_figures import step_figures, step_sums
 from trainer.grpo.update import GRPOUpdate, UpdateContext, record_empty_update
+from trainer.host_memory import configure_host_memory
 from trainer.metrics import DeviceMetrics, PhaseTimer
 from trainer.optim import GuardedOptimizer
 from trainer.policy import Policy, Reference, build_policy
@@ -95,11 +96,13 @@ class Trainer:
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         configure_attention(self.device)
+        configure_host_memory(self.device)
         self.precision = agreed_precision(
             Precision(cfg.precision, self.device, self.policy.width), cfg, self.policy.width
         )
         self.sampling_precision = decoding_precision(cfg, self.precision, self.device, self.policy.width)
         self.attention = configure_policy_attention(self.policy, cfg.model, self.device, self.precision.dtype)
+        self.linear_kernel = configure_policy_linear(self.policy, cfg.model, self.device)
         self.model: nn.Module = self.policy.module.to(self.device)
         wrapped: nn.Module = self.model
         if self.world > 1:

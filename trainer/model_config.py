@@ -84,6 +84,12 @@ class BuiltinModelConfig(_ModelBase):
     dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="dropout on embeddings, attention and MLP outputs"
     )
+    linear_kernel: Literal["auto", "onednn", "torch"] = Field(
+        "auto",
+        description="who multiplies the blocks' linear layers in fp32 on a CPU: torch (MKL), or oneDNN, whose "
+        "kernels follow the CPU's instruction sets where MKL's follow its vendor; auto: onednn on an AMD CPU "
+        "with AVX-512, else torch",
+    )
 
     @model_validator(mode="before")
     @classmethod

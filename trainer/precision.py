@@ -41,16 +41,22 @@ PROBE_WIDTH = 256  # the probe's inner dimension
 CPU_BF16_DECODE_MIN_WIDTH = 256  # `sampling.dtype: auto` decodes narrower models in fp32 on a CPU
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them (empty where /proc/cpuinfo is not readable)."""
+@functools.lru_cache(maxsize=8)
+def cpu_info_field(name: str) -> str:
+    """The first CPU's `name` field in /proc/cpuinfo ('' where it is missing or not readable)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (empty where /proc/cpuinfo is not readable)."""
+    return frozenset(cpu_info_field("flags").split())
 
 
 @functools.lru_cache(maxsize=1)

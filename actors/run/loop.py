@@ -86,6 +86,7 @@ def runtime_settings(trainer: Trainer) -> dict[str, Any]:
         "sampling_precision": trainer.sampling_precision.dtype,
         "sampling_precision_reason": trainer.sampling_precision.reason,
         **trainer.attention,  # the policy's attention kernel and why
+        **trainer.linear_kernel,  # the built-in GPT's fp32 linear kernel and why
         "model_compile": cfg.model.compile and compilable,
         "sampling_compile": cfg.sampling.compile and compilable,
         TRAIN_POLL_ENV: os.environ.get(TRAIN_POLL_ENV),  # how long a checkpoint may wait for Ray Train

@@ -24,13 +24,14 @@ from typing import Any
 import ray
 import torch
 
-from service.bench.grpo_rows import REFERENCE_ROW, reference_rows, shipped_rows
+from service.bench.grpo_rows import REFERENCE_ROW, SHARED_PREFIX_ROW, reference_rows, shipped_rows
 from service.bench.grpo_trial import merge_trials
 from service.bench.isolated import run_isolated
 from service.bench.results import add_table, new_section, set_headline
 from service.bench.timing import interleaved_times
 from service.presets import PRESETS
 from trainer.config import TrainerConfig
+from trainer.policy.linear_kernel import onednn_available, onednn_linear
 from trainer.threads import torch_threads
 
 GRPO_HEADLINE = (
@@ -78,13 +79,17 @@ def reference_config(sft_steps: int, max_new_tokens: int = 64) -> dict[str, Any]
 
 def matmul_gflops(threads: int, repeats: int = 20) -> float:
     """This CPU's fp32 matmul rate at the update's shapes ([64*74, 128] x [128, 512]), GFLOP/s:
-    what the whole step would run at if every FLOP were a large, efficient matmul. The fastest
-    repeat is taken: this is a ceiling, and background load only ever lowers it."""
+    what the whole step would run at if every FLOP were a large, efficient matmul, by the faster
+    of torch's own kernel and oneDNN's (`trainer.policy.linear_kernel`). The fastest repeat is
+    taken: this is a ceiling, and background load only ever lowers it."""
     m, k, n = 64 * 74, 128, 512
     with torch_threads(threads):
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        times = interleaved_times({"mm": lambda _: a @ b}, repeats, warmup=3)["mm"]
-    return 2 * m * k * n / min(times) / 1e9
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        kernels = {"torch": lambda _: torch.nn.functional.linear(a, w)}
+        if onednn_available():
+            kernels["onednn"] = lambda _: onednn_linear(a, w)
+        times = interleaved_times(kernels, repeats, warmup=3)
+    return 2 * m * k * n / min(min(t) for t in times.values()) / 1e9
 
 
 def with_updates(cfg: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
@@ -231,9 +236,8 @@ def _split_rows(ablation: dict, extras: dict, default_name: str) -> list:
         _split_row(
             "SFT-warm, streamed, trimmed log-prob pass", ablation["+ log-prob pass only where needed"]
         ),
-        _split_row(
-            "SFT-warm, streamed, trimmed, prompt run once per group (reference)", ablation[REFERENCE_ROW]
-        ),
+        _split_row("SFT-warm, streamed, trimmed, prompt run once per group", ablation[SHARED_PREFIX_ROW]),
+        _split_row("the same, linear kernel as auto picks (reference)", ablation[REFERENCE_ROW]),
     ]
     if default is not ablation[REFERENCE_ROW]:
         rows.append(_split_row(f"shipped settings ({default_name.removeprefix('+ ')})", default))

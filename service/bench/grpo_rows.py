@@ -22,7 +22,10 @@ from trainer.config import TrainerConfig
 from trainer.policy.attention import resolve_attention
 from trainer.precision import resolve_dtype, resolve_sampling_dtype
 
-REFERENCE_ROW = "+ each group's prompt run once in the log-prob passes (the fp32 reference)"
+REFERENCE_ROW = (
+    "+ fp32 linear layers by the kernel auto picks (oneDNN on AMD with AVX-512; the fp32 reference)"
+)
+SHARED_PREFIX_ROW = "+ each group's prompt run once in the log-prob passes"
 Row = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -66,7 +69,8 @@ def reference_rows() -> list[Row]:
     """Baseline to the fp32 reference; every row before the reference runs the log-prob pass as it
     was (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
     legacy = {"legacy_logprobs": True}
-    unshared = {"model.shared_prefix": False}  # also what the legacy pass does (and its FLOPs count)
+    mkl = {"model.linear_kernel": "torch"}  # torch's own fp32 products until the reference row
+    unshared = {"model.shared_prefix": False, **mkl}  # also what the legacy pass does (and its FLOPs count)
     return [
         (
             "baseline: fp32, no KV cache, serial scoring",
@@ -81,6 +85,7 @@ def reference_rows() -> list[Row]:
         ("+ shared prefill", unshared, {"rewards": "inline", **legacy}),
         ("+ streamed pool scoring", unshared, {"rewards": "pool", **legacy}),
         ("+ log-prob pass only where needed", unshared, {"rewards": "pool"}),
+        (SHARED_PREFIX_ROW, mkl, {"rewards": "pool"}),
         (REFERENCE_ROW, {}, {"rewards": "pool"}),
     ]
 

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import eager_attention, mask_input
 from trainer.policy.kv_cache import KVCache
+from trainer.policy.linear_kernel import KernelLinear
 from trainer.policy.shared_prefix import dropout_active, shared_inputs, shared_prefix_hidden
 
 
@@ -42,8 +43,8 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: BuiltinModelConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_attn = KernelLinear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = KernelLinear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.dropout)  # a module, so switching dropout off reaches it
         self.resid_dropout = nn.Dropout(config.dropout)
         self.implementation = "sdpa"  # or "eager" (`trainer.policy.attention`); set by GPT.set_attention
@@ -74,12 +75,12 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: BuiltinModelConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.c_fc = KernelLinear(config.n_embd, 4 * config.n_embd)
+        self.c_proj = KernelLinear(4 * config.n_embd, config.n_embd)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.c_fc.gelu(x)))
 
 
 class Block(nn.Module):
@@ -123,6 +124,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied: one matrix for input and output
         self.attention = "sdpa"  # every block's attention implementation (`set_attention`)
+        self.linear_kernel = "torch"  # the blocks' fp32 CPU products (`set_linear_kernel`)
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled down so the residual stream's variance does not grow with depth.
         for name, p in self.named_parameters():
@@ -136,6 +138,16 @@ class GPT(nn.Module):
         self.attention = implementation
         for block in self.transformer.h:
             block.attn.implementation = implementation
+
+    def set_linear_kernel(self, kernel: str) -> None:
+        """'torch' or 'onednn': how the blocks' linear layers multiply in fp32 on a CPU
+        (`trainer.policy.linear_kernel`)."""
+        if kernel not in ("torch", "onednn"):
+            raise ValueError(f"linear kernel must be 'torch' or 'onednn', got {kernel!r}")
+        self.linear_kernel = kernel
+        for module in self.modules():
+            if isinstance(module, KernelLinear):
+                module.kernel = kernel
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -245,7 +257,7 @@ class GPT(nn.Module):
             k, v = kv_cache.write(layer, cols, k, v)
             y = attn.attend(q.to(k.dtype), k, v, mask).view(n, c)
             x = x + attn.c_proj(y)
-            x = x + block.mlp.c_proj(F.gelu(block.mlp.c_fc(block.ln_2(x))))
+            x = x + block.mlp.c_proj(block.mlp.c_fc.gelu(block.ln_2(x)))
         kv_cache.advance(1)
         return self.head(tr.ln_f(x))
 
