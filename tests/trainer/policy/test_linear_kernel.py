@@ -45,7 +45,7 @@ def test_forward_and_gradients_equal_torchs(shape, bias, gelu):
     want, want_grads = run(lambda: (F.gelu if gelu else (lambda t: t))(F.linear(x, w, b)))
     assert y.shape == want.shape
     _close(y, want)
-    for got, ref in zip(grads, want_grads):
+    for got, ref in zip(grads, want_grads, strict=True):
         assert got.shape == ref.shape and got.is_contiguous()
         _close(got, ref, 1e-4)
     with torch.no_grad():  # the fused GELU
