@@ -40,8 +40,11 @@ class KVCache:
                 f"max_len={max_len} head_dim={head_dim}"
             )
         shape = (batch, n_head, max_len, head_dim)
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
+        # an eager cache reads written columns only; a static one reads every column, masked,
+        # and a masked NaN of an unwritten one would still reach softmax's sum
+        alloc = torch.zeros if static else torch.empty
+        self.k = [alloc(shape, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.v = [alloc(shape, device=device, dtype=dtype) for _ in range(n_layer)]
         self.key_valid = torch.zeros(batch, max_len, device=device, dtype=torch.bool)  # [N, T_max]
         self.key_index = torch.arange(max_len, device=device)  # [T_max] column numbers
         self.pos = torch.zeros((), device=device, dtype=torch.long)  # next column to write
