@@ -25,12 +25,13 @@ def _close(a, b, tol=2e-5):
 @pytest.mark.parametrize("shape", [(ROWS, 64), (3, 100, 64)])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("gelu", [False, True])
-def test_forward_and_gradients_equal_torchs(shape, bias, gelu):
+@pytest.mark.parametrize("out", [96, 48])  # wider and narrower than the input: both backward layouts
+def test_forward_and_gradients_equal_torchs(shape, bias, gelu, out):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=gen, requires_grad=True)
-    w = torch.randn(96, 64, generator=gen, requires_grad=True)
-    b = torch.randn(96, generator=gen, requires_grad=True) if bias else None
-    grad = torch.randn(*shape[:-1], 96, generator=gen)
+    w = torch.randn(out, 64, generator=gen, requires_grad=True)
+    b = torch.randn(out, generator=gen, requires_grad=True) if bias else None
+    grad = torch.randn(*shape[:-1], out, generator=gen)
 
     def run(fn):
         y = fn()
