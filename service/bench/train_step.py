@@ -23,10 +23,12 @@ from trainer.attention_backend import configure_attention
 from trainer.compile import maybe_compile
 from trainer.config import PrecisionConfig
 from trainer.data.chess_games import CHESS_ALPHABET
+from trainer.host_memory import configure_host_memory
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import resolve_attention
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.policy.gpt import GPT
+from trainer.policy.linear_kernel import resolve_linear_kernel
 from trainer.precision import Precision, configure_tf32, resolve_dtype
 
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)
@@ -100,11 +102,13 @@ def run_trial(
     torch.manual_seed(seed)
     precision_cfg = PrecisionConfig(dtype=dtype, tf32=tf32)
     configure_tf32(precision_cfg, dev)
-    configure_attention(dev)  # the kernels the trainer runs with
+    configure_attention(dev)  # the kernels and host memory the trainer runs with
+    configure_host_memory(dev)
     precision = Precision(precision_cfg, dev)
     model = GPT(BuiltinModelConfig(size=size, block_size=max(256, seq_len)), TOKENIZER.vocab_size).to(dev)
     # as a run in this mode attends
     model.set_attention(resolve_attention("auto", dev, precision.dtype, model.config.block_size)[0])
+    model.set_linear_kernel(resolve_linear_kernel("auto", dev)[0])
     forward = maybe_compile(model, device=dev, enabled=compile_, what="the training step benchmark")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused, foreach=None if fused else True)
     ids = torch.randint(0, TOKENIZER.vocab_size, (batch, seq_len + 1), device=dev)  # [B, T+1]
