@@ -123,13 +123,17 @@ class KernelLinear(nn.Linear):
 
     kernel = "torch"
 
+    def _onednn(self, x: Tensor) -> bool:
+        # the row count first: a decoding step (few rows) leaves at once, as plain nn.Linear would
+        return self.kernel == "onednn" and x.numel() >= ONEDNN_MIN_ROWS * self.in_features
+
     def forward(self, x: Tensor) -> Tensor:
-        if self.kernel == "onednn":
+        if self._onednn(x):
             return onednn_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def gelu(self, x: Tensor) -> Tensor:
         """`F.gelu(self(x))`, fused into the product where oneDNN computes it without autograd."""
-        if self.kernel == "onednn":
+        if self._onednn(x):
             return onednn_linear(x, self.weight, self.bias, gelu=True)
         return F.gelu(F.linear(x, self.weight, self.bias))
