@@ -124,8 +124,13 @@ class KernelLinear(nn.Linear):
     kernel = "torch"
 
     def _onednn(self, x: Tensor) -> bool:
-        # the row count first: a decoding step (few rows) leaves at once, as plain nn.Linear would
-        return self.kernel == "onednn" and x.numel() >= ONEDNN_MIN_ROWS * self.in_features
+        # a decoding step (few rows) leaves at once, as plain nn.Linear would; a compiled graph
+        # before reading a shape (no guard on the row count)
+        return (
+            self.kernel == "onednn"
+            and not torch.compiler.is_compiling()
+            and x.numel() >= ONEDNN_MIN_ROWS * self.in_features
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if self._onednn(x):
