@@ -124,7 +124,6 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied: one matrix for input and output
         self.attention = "sdpa"  # every block's attention implementation (`set_attention`)
-        self.linear_kernel = "torch"  # the blocks' fp32 CPU products (`set_linear_kernel`)
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled down so the residual stream's variance does not grow with depth.
         for name, p in self.named_parameters():
@@ -144,7 +143,6 @@ class GPT(nn.Module):
         (`trainer.policy.linear_kernel`)."""
         if kernel not in ("torch", "onednn"):
             raise ValueError(f"linear kernel must be 'torch' or 'onednn', got {kernel!r}")
-        self.linear_kernel = kernel
         for module in self.modules():
             if isinstance(module, KernelLinear):
                 module.kernel = kernel
