@@ -38,6 +38,7 @@ class EncodedResults:
     reported: tuple[str, ...] = ()
     # What the worker's process reported with the results (set by the worker, not by `encode`):
     worker_rss_mb: float | None = None  # its resident memory after the call
+    busy_s: float | None = None  # the call's wall time inside the worker (scoring and encoding)
     output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
     output_bytes: int = 0  # every byte they printed, kept or not
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)  # log_metric: name -> (sum, count)

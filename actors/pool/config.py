@@ -40,6 +40,13 @@ class PoolConfig(Frozen):
     min_chunk_size: int = Field(
         64, ge=1, description="a submission is spread over idle workers only in pieces at least this big"
     )
+    spread_min_s: float = Field(
+        0.002,
+        ge=0.0,
+        description="a submission is spread over workers only in pieces that take at least this long to "
+        "score at the cost per item the workers measure (a call costs about 1 ms on its own); 0: by "
+        "min_chunk_size alone",
+    )
     max_in_flight_per_worker: int = Field(
         2, ge=1, description="calls queued on one worker; 2 keeps it busy while a result travels back"
     )

@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError
 from actors.pool.codec import EncodedResults, count_status, failed_block
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
+from actors.pool.item_cost import ItemCost
 from actors.pool.metrics import PoolMetrics, RateWindow
 from actors.pool.work import Chunk, Fault, after_fault
 from actors.pool.worker_health import WorkerHealth, kill_worker
@@ -60,6 +61,7 @@ class Dispatcher:
         self._notices: list[str] = []  # one-off lines for the run's console, until taken
         self._said_output = self._said_recycle = False
         self._rate = RateWindow()
+        self.item_cost = ItemCost()  # the workers' scoring time per item: how far a submission spreads
         self._next_gauge_at = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -113,6 +115,7 @@ class Dispatcher:
                 "in_flight_items": sum(s.items_in_flight for s in self.slots),
                 "items_scored": self.items_scored,
                 "items_per_s": self._rate.rate(time.monotonic()),
+                "seconds_per_item": self.item_cost.seconds_per_item,  # measured by the workers; None before
                 "worker_restarts": self.restarts,
                 "recycled": self.recycled,
                 "output_bytes": self.output_bytes,
@@ -269,6 +272,8 @@ class Dispatcher:
 
     def _note_worker_locked(self, slot: WorkerSlot, block: EncodedResults) -> None:
         """What the worker reported beside the results: its memory, what its rewards printed."""
+        if block.busy_s is not None:
+            self.item_cost.add(block.busy_s, len(block))
         if block.output_bytes:
             self.output_bytes += block.output_bytes
             if not self._said_output:

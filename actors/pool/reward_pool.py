@@ -203,7 +203,8 @@ class RewardPool:
         ticket = Ticket(self._pool_id, n, group_ids, time.monotonic())
         chunks = []
         if workers is None:
-            bounds = plan_chunks(n, self.cfg.chunk_size, self.cfg.min_chunk_size, self.cfg.num_workers)
+            piece = self._dispatcher.item_cost.min_piece(self.cfg.min_chunk_size, self.cfg.spread_min_s)
+            bounds = plan_chunks(n, self.cfg.chunk_size, piece, self.cfg.num_workers)
         else:
             bounds = [
                 (start + a, start + b)

@@ -77,12 +77,14 @@ class RewardWorker:
                 encoded = encode(results, reported_components(self._scorer))
             except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
                 encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
-        self._busy_s += time.perf_counter() - began
+        busy_s = time.perf_counter() - began
+        self._busy_s += busy_s
         self._cpu_s += time.thread_time() - began_cpu
         self._items_scored += hi - lo
         return dataclasses.replace(
             encoded,
             worker_rss_mb=rss_mb(),
+            busy_s=busy_s,
             output=output.text(),
             output_bytes=output.written,
             logged=take_logged_metrics(self._scorer),

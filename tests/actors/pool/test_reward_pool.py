@@ -93,6 +93,23 @@ def test_scoring_progresses_while_the_caller_does_not_call_the_pool():
         ]
 
 
+def test_a_cheap_reward_stops_being_spread_once_the_workers_have_measured_it():
+    completions, targets = realistic_batch(64, seed=5)
+    with _pool(min_chunk_size=32) as pool:  # two workers
+        first = pool.submit(completions, targets)  # nothing measured yet: two calls of 32
+        pool.collect([first])
+        cost = pool.stats()["seconds_per_item"]
+        assert cost is not None and 0 < cost < 0.002 / 32  # FEN items score in microseconds
+        second = pool.submit(completions, targets)
+        assert pool.collect([second]).values == pool.collect([first]).values
+        assert [len(b) for b in first.blocks()] == [32, 32] and [len(b) for b in second.blocks()] == [64]
+    with _pool(min_chunk_size=32, spread_min_s=0.0) as pool:  # the rule off: min_chunk_size alone
+        pool.collect([pool.submit(completions, targets)])
+        again = pool.submit(completions, targets)
+        pool.collect([again])
+        assert [len(b) for b in again.blocks()] == [32, 32]
+
+
 def test_items_with_fields_score_through_the_pool_inline_and_through_the_store():
     scorer = UserRewardScorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:sum_of_fields")]))
     pool = _pool(scorer, chunk_size=4096)
