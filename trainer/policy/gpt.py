@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import eager_attention, mask_input
 from trainer.policy.kv_cache import KVCache
-from trainer.policy.linear_kernel import KernelLinear
+from trainer.policy.linear_kernel import KernelLinear, step_linear
 from trainer.policy.shared_prefix import dropout_active, shared_inputs, shared_prefix_hidden
 
 
@@ -248,14 +248,17 @@ class GPT(nn.Module):
         cols, key_valid, _ = kv_cache.open(1, None)
         valid = key_valid[:, None, None, :]  # the newest column sees every valid key
         mask = mask_input(self.attention, valid)
+        linear = step_linear(tr.h[0].attn.c_attn, x) if len(tr.h) else None
         for layer, block in enumerate(tr.h):
             attn = block.attn
             h = block.ln_1(x)
-            q, k, v = attn.c_attn(h).view(n, 3, attn.n_head, 1, c // attn.n_head).unbind(1)  # [N, H, 1, D]
+            q, k, v = (
+                linear(attn.c_attn, h).view(n, 3, attn.n_head, 1, c // attn.n_head).unbind(1)
+            )  # [N, H, 1, D]
             k, v = kv_cache.write(layer, cols, k, v)
             y = attn.attend(q.to(k.dtype), k, v, mask).view(n, c)
-            x = x + attn.c_proj(y)
-            x = x + block.mlp.c_proj(block.mlp.c_fc.gelu(block.ln_2(x)))
+            x = x + linear(attn.c_proj, y)
+            x = x + linear(block.mlp.c_proj, linear(block.mlp.c_fc, block.ln_2(x), True))
         kv_cache.advance(1)
         return self.head(tr.ln_f(x))
 

@@ -110,3 +110,38 @@ def test_auto_takes_onednn_on_an_amd_cpu_with_avx512_only(monkeypatch):
         resolve_linear_kernel("onednn", "cpu")
     machine("AuthenticAMD", {"avx512f"})
     assert resolve_linear_kernel("auto", "cpu")[0] == "torch"
+
+
+def test_a_decoding_step_takes_onednn_once_checked_and_decodes_as_torch_does():
+    cfg = BuiltinModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64)
+    torch.manual_seed(0)
+    model = GPT(cfg, vocab_size=20).eval()
+    layer = model.transformer.h[0].attn.c_attn
+    x = torch.randn(4, 32)  # a step's few rows: oneDNN all the same
+    model.set_linear_kernel("onednn")
+    with torch.inference_mode():
+        assert linear_kernel.step_linear(layer, x) is linear_kernel._onednn_step
+        _close(linear_kernel._onednn_step(layer, x, True), F.gelu(F.linear(x, layer.weight, layer.bias)))
+        assert linear_kernel.step_linear(layer, x.double()) is linear_kernel._torch_step
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert linear_kernel.step_linear(layer, x) is linear_kernel._torch_step
+    assert linear_kernel.step_linear(layer, x) is linear_kernel._torch_step  # autograd on: torch's
+    model.set_linear_kernel("torch")
+    with torch.inference_mode():
+        assert linear_kernel.step_linear(layer, x) is linear_kernel._torch_step
+
+    def decoded(kernel):  # greedy tokens and logits of 12 steps after a 5-token prompt
+        from trainer.policy.kv_cache import KVCache
+
+        model.set_linear_kernel(kernel)
+        cache = KVCache.for_model(cfg, 6, 20, device="cpu", dtype=torch.float32)
+        with torch.inference_mode():
+            logits = model(torch.arange(30).view(6, 5) % 20, kv_cache=cache)[:, -1]
+            out = []
+            for t in range(12):
+                tokens = logits.argmax(-1)
+                logits = model.decode_one(tokens, torch.full((6,), 5 + t), cache)
+                out.append(logits)
+        return torch.stack(out)
+
+    _close(decoded("onednn"), decoded("torch"), 1e-4)
