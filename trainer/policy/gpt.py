@@ -252,9 +252,8 @@ class GPT(nn.Module):
         for layer, block in enumerate(tr.h):
             attn = block.attn
             h = block.ln_1(x)
-            q, k, v = (
-                linear(attn.c_attn, h).view(n, 3, attn.n_head, 1, c // attn.n_head).unbind(1)
-            )  # [N, H, 1, D]
+            qkv = linear(attn.c_attn, h).view(n, 3, attn.n_head, 1, c // attn.n_head)
+            q, k, v = qkv.unbind(1)  # [N, H, 1, D]
             k, v = kv_cache.write(layer, cols, k, v)
             y = attn.attend(q.to(k.dtype), k, v, mask).view(n, c)
             x = x + linear(attn.c_proj, y)
