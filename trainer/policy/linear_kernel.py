@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from trainer.precision import cpu_flags, cpu_info_field
 
 LINEAR_KERNELS = ("auto", "onednn", "torch")
-# Fewer rows go through torch in `KernelLinear`: at a few dozen rows its per-call checks cost what
-# oneDNN saves (a decoding step, which checks once, takes `step_linear`).
+# Fewer rows go through torch in `KernelLinear`: at a few dozen rows its per-call checks eat half of
+# what oneDNN saves (a decoding step, which checks once, takes `step_linear`).
 ONEDNN_MIN_ROWS = 256
 
 
