@@ -93,6 +93,11 @@ class _OneDNNLinear(torch.autograd.Function):
         return dx, dw, db
 
 
+def _torch_linear(x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool = False) -> Tensor:
+    y = F.linear(x, weight, bias)
+    return F.gelu(y) if gelu else y
+
+
 def _applies(x: Tensor, weight: Tensor, min_rows: int | None = None) -> bool:
     return (
         x.device.type == "cpu"
@@ -108,8 +113,7 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gelu: b
     """`F.linear(x, weight, bias)` (then `F.gelu`, exact, when `gelu`) by oneDNN where it applies
     (module docstring), else by torch."""
     if not _applies(x, weight):
-        y = F.linear(x, weight, bias)
-        return F.gelu(y) if gelu else y
+        return _torch_linear(x, weight, bias, gelu)
     flat = x.reshape(-1, x.shape[-1])
     grads = torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
@@ -123,14 +127,15 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gelu: b
 
 
 def _onednn_step(module: nn.Linear, x: Tensor, gelu: bool = False) -> Tensor:
+    # `_pointwise`'s call, inlined: 8 a decoding step, and one Python frame fewer each took 0.4 of
+    # 36 ms per 63 steps
     if gelu:
         return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "gelu", [], "none")
     return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
 
 
 def _torch_step(module: nn.Linear, x: Tensor, gelu: bool = False) -> Tensor:
-    y = F.linear(x, module.weight, module.bias)
-    return F.gelu(y) if gelu else y
+    return _torch_linear(x, module.weight, module.bias, gelu)
 
 
 def step_linear(module: KernelLinear, x: Tensor) -> Callable[..., Tensor]:
@@ -171,4 +176,4 @@ class KernelLinear(nn.Linear):
         """`F.gelu(self(x))`, fused into the product where oneDNN computes it without autograd."""
         if self._onednn(x):
             return onednn_linear(x, self.weight, self.bias, gelu=True)
-        return F.gelu(F.linear(x, self.weight, self.bias))
+        return _torch_linear(x, self.weight, self.bias, gelu=True)
