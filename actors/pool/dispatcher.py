@@ -62,6 +62,7 @@ class Dispatcher:
         self._said_output = self._said_recycle = False
         self._rate = RateWindow()
         self.item_cost = ItemCost()  # the workers' scoring time per item: how far a submission spreads
+        self._next_turn = 0  # the worker first in line among equally loaded ones
         self._next_gauge_at = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -210,8 +211,15 @@ class Dispatcher:
         return slot if slot.takes(chunk, self._cfg.max_in_flight_per_worker) else None
 
     def _least_loaded_locked(self, chunk: Chunk) -> WorkerSlot | None:
+        """The free worker with the least work; among equals, the next after the one that took the
+        last call. Taking turns keeps every worker in use when a step's items fit one call
+        (`pool.spread_min_s`), so a worker that died is met at its next turn, not never."""
         free = [s for s in self.slots if s.takes(chunk, self._cfg.max_in_flight_per_worker)]
-        return min(free, key=lambda s: (s.items_in_flight, len(s.calls), s.index), default=None)
+        n, turn = len(self.slots), self._next_turn
+        slot = min(free, key=lambda s: (s.items_in_flight, len(s.calls), (s.index - turn) % n), default=None)
+        if slot is not None:
+            self._next_turn = (slot.index + 1) % n
+        return slot
 
     # ---- results and faults -----------------------------------------------------------------
 

@@ -103,6 +103,13 @@ def test_a_cheap_reward_stops_being_spread_once_the_workers_have_measured_it():
         second = pool.submit(completions, targets)
         assert pool.collect([second]).values == pool.collect([first]).values
         assert [len(b) for b in first.blocks()] == [32, 32] and [len(b) for b in second.blocks()] == [64]
+        # one call a submission, the workers taking turns: each stays in use (a dead one is met)
+        handles = pool.worker_handles()
+        before = [ray.get(h.items_scored.remote(), timeout=30) for h in handles]
+        for _ in range(4):
+            pool.collect([pool.submit(completions, targets)])
+        after = [ray.get(h.items_scored.remote(), timeout=30) for h in handles]
+        assert [a - b for a, b in zip(after, before, strict=True)] == [128, 128]
     with _pool(min_chunk_size=32, spread_min_s=0.0) as pool:  # the rule off: min_chunk_size alone
         pool.collect([pool.submit(completions, targets)])
         again = pool.submit(completions, targets)
