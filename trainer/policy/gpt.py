@@ -253,7 +253,7 @@ class GPT(nn.Module):
         cols, key_valid, _ = kv_cache.open(1, None)
         valid = key_valid[:, None, None, :]  # the newest column sees every valid key
         mask = mask_input(self.attention, valid)
-        linear = step_linear(tr.h[0].attn.c_attn, x) if len(tr.h) else None
+        linear = step_linear(tr.h[0].attn.c_attn, x)  # n_layer >= 1
         for layer, block in enumerate(tr.h):
             attn = block.attn
             h = _norm(block.ln_1, x)

@@ -98,12 +98,12 @@ def _torch_linear(x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool = F
     return F.gelu(y) if gelu else y
 
 
-def _applies(x: Tensor, weight: Tensor, min_rows: int | None = None) -> bool:
+def _applies(x: Tensor, weight: Tensor) -> bool:
+    """Whether oneDNN can compute this fp32 product here, whatever the row count."""
     return (
         x.device.type == "cpu"
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
-        and x.numel() >= (ONEDNN_MIN_ROWS if min_rows is None else min_rows) * x.shape[-1]
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()
     )
@@ -112,7 +112,7 @@ def _applies(x: Tensor, weight: Tensor, min_rows: int | None = None) -> bool:
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gelu: bool = False) -> Tensor:
     """`F.linear(x, weight, bias)` (then `F.gelu`, exact, when `gelu`) by oneDNN where it applies
     (module docstring), else by torch."""
-    if not _applies(x, weight):
+    if x.numel() < ONEDNN_MIN_ROWS * x.shape[-1] or not _applies(x, weight):
         return _torch_linear(x, weight, bias, gelu)
     flat = x.reshape(-1, x.shape[-1])
     grads = torch.is_grad_enabled() and (
@@ -147,7 +147,7 @@ def step_linear(module: KernelLinear, x: Tensor) -> Callable[..., Tensor]:
     A decoding step's products are small (64 rows: 15-50 us each). Through oneDNN they took 2.4 ms
     less of 39 ms per 63-step decode; through `KernelLinear`, whose every call checks whether
     oneDNN applies, 1.3 ms less: those checks ate half the gain, so a step makes them once."""
-    if module.kernel == "onednn" and not torch.is_grad_enabled() and _applies(x, module.weight, min_rows=1):
+    if module.kernel == "onednn" and not torch.is_grad_enabled() and _applies(x, module.weight):
         return _onednn_step
     return _torch_step
 
