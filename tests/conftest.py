@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 import tiers
@@ -16,6 +17,13 @@ from hypothesis import settings
 SUITE_WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 for _name, _value in SUITE_WAIT_POLICY.items():
     os.environ.setdefault(_name, _value)
+
+# Figures of the machine that `auto` choices time (`trainer.machine_figures`) are kept in a file of
+# the suite's own instead of the user's cache: every run of the suite on one machine then decides
+# alike, and nothing is written to the home directory.
+os.environ.setdefault(
+    "GRPO_MACHINE_FIGURES", os.path.join(tempfile.gettempdir(), f"grpo-suite-machine-figures-{os.getuid()}.json")
+)
 
 # Property tests (Hypothesis) draw new examples on every run here, to find what no one wrote down;
 # under `.ci/run` (HYPOTHESIS_PROFILE=ci) they draw the same ones each time, so a run that lands

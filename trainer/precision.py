@@ -2,34 +2,30 @@
 
 - auto: bf16 where the device computes it faster, else fp32 (`resolve_dtype`): on CUDA a GPU
   with bf16 support; on a CPU with AMX-BF16's matrix tiles, a model at least `AMX_MIN_WIDTH`
-  wide (on a 2-core Xeon with AMX a GRPO step of a 128-wide model was 0.93x fp32's speed in
-  bf16, of a 256-wide one 1.34x, 384 1.53x, 512 1.93x); on a CPU with AVX512-BF16 dot products
-  but no tiles, where bf16 matmuls measure at least `MIN_BF16_SPEEDUP` times fp32's
-  (`bf16_matmul_speedup`: one fixed product on one thread, timed once per process; more than 2.5x
-  means dot-product units wider than fp32's FMAs, which AVX512-BF16 alone does not promise). How
-  fast those dot products are depends on the core: on a 2-core AMD EPYC of the Zen 5 generation
-  bf16 matmuls ran 4.4x fp32's and the demo model's GRPO step 1.5x faster (with the explicit-
-  matmul attention of `model.attn_implementation: auto` and fp32 decoding of `sampling.dtype:
-  auto`). On 2026-11-24 a GRPO step on an AMD EPYC was no faster in bf16 (10.7k against 10.9k
-  tokens/s), with torch's fused attention kernel, which is slow in bf16 on a CPU.
+  wide (narrower models spend more on autocast's casts than the tiles save); on a CPU with
+  AVX512-BF16 dot products but no tiles, where bf16 matmuls run at least `MIN_BF16_SPEEDUP` times
+  fp32's (`bf16_matmul_speedup`: more than 2.5x means dot-product units wider than fp32's FMAs,
+  which AVX512-BF16 alone does not promise). That figure is timed once per machine and kept
+  (`trainer.machine_figures`), so every run of a config on one machine computes alike.
 - fp32: no autocast.
 - bf16: autocast to bfloat16 (CUDA and CPU); weights, gradients and optimiser state stay fp32;
   no GradScaler (bfloat16 has fp32's exponent range, so gradients do not underflow).
 - fp16: autocast to float16 with a GradScaler, which exists on this path only.
+
+What `auto` became, and why, is recorded in the run's runtime.json and kept in its checkpoints: a
+resumed run computes in the precision of the run it continues (`actors.run.kept_runtime`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import statistics
 import time
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from trainer.config import PrecisionConfig
+from trainer.machine_figures import cpu_flags, cpu_info_field, kept_figure
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -38,35 +34,27 @@ FAST_BF16_CPU_FLAGS = ("amx_bf16",)  # matrix tiles
 AMX_MIN_WIDTH = 256  # hidden width from which bf16 on AMX beats fp32 (module docstring)
 MIN_BF16_SPEEDUP = 2.5  # bf16 over fp32 matmul speed from which `auto` takes bf16 on AVX512-BF16
 PROBE_WIDTH = 256  # the probe's inner dimension
+PROBE_ROUNDS = 9  # timed products of each dtype
 CPU_BF16_DECODE_MIN_WIDTH = 256  # `sampling.dtype: auto` decodes narrower models in fp32 on a CPU
 
 
-@functools.lru_cache(maxsize=8)
-def cpu_info_field(name: str) -> str:
-    """The first CPU's `name` field in /proc/cpuinfo ('' where it is missing or not readable)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == name:
-                return value.strip()
-    except OSError:
-        pass
-    return ""
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them (empty where /proc/cpuinfo is not readable)."""
-    return frozenset(cpu_info_field("flags").split())
-
-
-@functools.lru_cache(maxsize=1)
 def bf16_matmul_speedup() -> float:
-    """How many times faster this CPU multiplies bf16 than fp32 matrices: one `[1024, 256] x
-    [256, 1024]` product of each on one thread, medians of 5 timings each, alternating, after a
-    warm-up (about 30 ms). A property of the core's dot-product units, so that every process on a
-    machine decides alike: on two threads, or at a model's own narrow width, the ratio moves with
-    threading overheads (1.8 on two threads and 2.5 on one at width 32 on the machine of the
-    module docstring, 4.4 at this shape on either)."""
+    """How many times faster this CPU multiplies bf16 than fp32 matrices (`time_bf16_speedup`),
+    timed once per machine and kept (`trainer.machine_figures`)."""
+    return bf16_speedup_kept()[0]
+
+
+def bf16_speedup_kept() -> tuple[float, str]:
+    """(bf16_matmul_speedup, where the figure comes from)."""
+    return kept_figure("bf16_matmul_speedup", time_bf16_speedup)
+
+
+def time_bf16_speedup() -> float:
+    """One `[1024, 256] x [256, 1024]` product of each dtype on one thread, alternating, after a
+    warm-up: the ratio of the fastest fp32 time to the fastest bf16 time (the fastest of several
+    is the one least disturbed by other work on the machine). A property of the core's
+    dot-product units: on two threads, or at a model's own narrow width, the ratio moves with
+    threading overheads, so it is timed on one."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -74,7 +62,7 @@ def bf16_matmul_speedup() -> float:
         gen = torch.Generator().manual_seed(0)
         a, b = torch.randn(1024, PROBE_WIDTH, generator=gen), torch.randn(PROBE_WIDTH, 1024, generator=gen)
         pairs = {dt: (a.to(dt), b.to(dt)) for dt in times}
-        for rep in range(6):
+        for rep in range(PROBE_ROUNDS + 1):
             for dt, (x, y) in pairs.items():
                 began = time.perf_counter()
                 torch.mm(x, y)
@@ -82,7 +70,7 @@ def bf16_matmul_speedup() -> float:
                     times[dt].append(time.perf_counter() - began)
     finally:
         torch.set_num_threads(threads)
-    return statistics.median(times[torch.float32]) / statistics.median(times[torch.bfloat16])
+    return min(times[torch.float32]) / min(times[torch.bfloat16])
 
 
 def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = None) -> tuple[str, str]:
@@ -105,8 +93,8 @@ def resolve_dtype(dtype: str, device: torch.device | str, width: int | None = No
             )
         return "bf16", f"auto: {tiles}"
     if "avx512_bf16" in flags:
-        speedup = bf16_matmul_speedup()
-        measured = f"bf16 matmuls measured {speedup:.1f}x fp32's on this CPU (avx512_bf16, no AMX)"
+        speedup, source = bf16_speedup_kept()
+        measured = f"bf16 matmuls measured {speedup:.1f}x fp32's on this CPU (avx512_bf16, no AMX; {source})"
         if speedup >= MIN_BF16_SPEEDUP:
             return "bf16", f"auto: {measured}"
         return "fp32", f"auto: {measured}, under the {MIN_BF16_SPEEDUP:g}x bf16 needs"
@@ -119,9 +107,8 @@ def resolve_sampling_dtype(
     """(the dtype decoding computes in, why): `sampling.dtype: auto` is the run's dtype, except fp32
     on a CPU for a model narrower than `CPU_BF16_DECODE_MIN_WIDTH`. A decode step multiplies a
     handful of rows by each weight, where bf16 gains little and autocast's casts of every
-    activation and cache write cost more: 64 decode steps of 64 rows on a 2-core AMD EPYC (Zen 5)
-    took 85 ms in bf16 against 69 in fp32 at width 128, 124 against 161 at 256, 238 against 512 at
-    512. The update's log-probs are its own forward's, so the ratio does not mix the two."""
+    activation and cache write cost more. The update's log-probs are its own forward's, so the
+    importance ratio does not mix the two."""
     if setting != "auto":
         return setting, "set in the config"
     narrow = width is not None and width < CPU_BF16_DECODE_MIN_WIDTH

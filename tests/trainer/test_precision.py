@@ -80,10 +80,10 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     assert dtype == "fp32" and "128 wide" in reason
     assert Precision(PrecisionConfig(), "cpu", width=128).autocast_dtype is None
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
-    monkeypatch.setattr(precision, "bf16_matmul_speedup", lambda: 2.0)  # dot products as wide as fp32's FMAs
+    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (2.0, "measured now"))  # dot products as wide as fp32's FMAs
     dtype, reason = precision.resolve_dtype("auto", "cpu", width=128)
     assert dtype == "fp32" and "measured 2.0x" in reason and "under the 2.5x" in reason
-    monkeypatch.setattr(precision, "bf16_matmul_speedup", lambda: 4.4)  # full-width dot products
+    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (4.4, "measured now"))  # full-width dot products
     assert precision.resolve_dtype("auto", "cpu", width=32)[0] == "bf16"  # a property of the core: any width
     dtype, reason = precision.resolve_dtype("auto", "cpu")
     assert dtype == "bf16" and "measured 4.4x" in reason
@@ -95,13 +95,21 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     assert PrecisionConfig().dtype == "auto"
 
 
-def test_the_bf16_probe_times_this_cpu():
+def test_the_bf16_probe_times_this_cpu_once_per_machine(tmp_path, monkeypatch):
     from trainer import precision
+    from trainer.machine_figures import ENV, kept_figure
 
+    monkeypatch.setenv(ENV, str(tmp_path / "figures.json"))
+    kept_figure.cache_clear()
     threads = torch.get_num_threads()
-    speedup = precision.bf16_matmul_speedup()
-    assert speedup > 0 and speedup == precision.bf16_matmul_speedup()  # timed once per process
-    assert torch.get_num_threads() == threads  # timed on one thread, the process's count restored
+    try:
+        speedup = precision.bf16_matmul_speedup()
+        assert speedup > 0 and torch.get_num_threads() == threads  # timed on one thread, the count restored
+        kept_figure.cache_clear()  # a later process reads the kept figure instead of timing again
+        monkeypatch.setattr(precision, "time_bf16_speedup", lambda: pytest.fail("timed again"))
+        assert precision.bf16_matmul_speedup() == speedup
+    finally:
+        kept_figure.cache_clear()
 
 
 def test_auto_weighs_the_policys_width_on_amx(monkeypatch):

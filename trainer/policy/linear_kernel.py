@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.precision import cpu_flags, cpu_info_field
+from trainer.machine_figures import cpu_flags, cpu_info_field
 
 LINEAR_KERNELS = ("auto", "onednn", "torch")
 # Fewer rows go through torch in `KernelLinear`: at a few dozen rows its per-call checks eat half of
