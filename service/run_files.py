@@ -53,10 +53,15 @@ def describe_runtime(runtime: Mapping[str, Any]) -> str:
     decoding = runtime.get("sampling_precision")
     differs = f", decoding in {decoding}" if decoding and decoding != runtime.get("precision") else ""
     attention = f", {runtime['attention']} attention" if runtime.get("attention") else ""
+    kept = (
+        f"; kept from the checkpoint of step {runtime['kept_from_step']}: {', '.join(runtime.get('kept') or [])}"
+        if runtime.get("kept_from_step")
+        else ""
+    )
     return (
         f"{runtime.get('precision')} ({runtime.get('precision_reason')}){differs}{attention}, "
         f"compile {'+'.join(compiled) if compiled else 'off'}, {runtime.get('torch_threads')} torch threads, "
-        f"OMP_WAIT_POLICY={runtime.get('OMP_WAIT_POLICY') or 'unset'}"
+        f"OMP_WAIT_POLICY={runtime.get('OMP_WAIT_POLICY') or 'unset'}{kept}"
     )
 
 

@@ -11,8 +11,8 @@ in `submit` and `collect`) per item, and keeps the side whose cheaper step was c
 While it runs it keeps timing the chosen side, and measures both sides again when the other may
 have become the cheaper: the chosen side's cost fell below 1/`RECHECK_RATIO` of its cost at the
 decision (the other may have fallen further), or rose past `RECHECK_RATIO` times it and past what
-the other side cost then. (A rise alone was the rule before: the FEN reward at 0.015 ms an item in
-process against 0.14 on the pool crossed 2x on noise and sent whole steps back to the pool.)
+the other side cost then (a rise alone would cross 2x on noise where one side is far cheaper).
+A checkpoint keeps the decision (`state_dict`), and a resumed run continues it without probing.
 Every decision is logged with its figures, and each step's stats carry `placement_inline` (1 or 0)
 and the two per-item costs last measured, which the trainer writes to `metrics.jsonl` as
 `scorer_placement_*`.
@@ -190,6 +190,27 @@ class PlacedRewards:
             if ms is not None:
                 stats[f"placement_{side}_ms_per_item"] = ms
         return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """The decision as it stands, for a checkpoint: a resumed run continues it instead of
+        probing again."""
+        return {
+            "where": self.where,
+            "chosen_ms": self._chosen_ms,
+            "other_ms": self._other_ms,
+            "pinned": self._pinned,
+            "decided": not self._probe,
+        }
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Continue a decision of `state_dict` (auto only: a fixed placement is the config's)."""
+        if self.mode != "auto" or not state or not state.get("decided"):
+            return
+        self.where, self._probe = state["where"], []
+        self._chosen_ms, self._other_ms = state.get("chosen_ms"), state.get("other_ms")
+        self._pinned = self._pinned or bool(state.get("pinned"))
+        if self._pinned:
+            self.where = "pool"
 
     def shutdown(self) -> None:
         self._executor.shutdown()

@@ -18,6 +18,7 @@ each rank returns and the driver ends it `failed` with the one line rank 0 publi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from actors.run.checkpoints import CheckpointWriter, load_verified
 from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, TRAIN_POLL_ENV
 from actors.run.heap import frozen_heap
+from actors.run.kept_runtime import KeptRuntime
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
 from trainer.checkpoint import step_dir_name
@@ -74,6 +76,18 @@ class LoopSpec:
     reward_token_ids: bool = False  # the rewards take each completion's token ids (TRL's completion_ids)
     rollouts_every: int = 0  # GRPO steps between recorded training completions (0: none)
     rollout_groups: int = 4  # prompt groups of rank 0 recorded on such a step
+
+
+def kept_spec(spec: LoopSpec, kept: KeptRuntime | None) -> LoopSpec:
+    """`spec` with the choices its config leaves to the machine made as the continued run made them."""
+    if kept is None:
+        return spec
+    return dataclasses.replace(
+        spec,
+        trainer=kept.trainer_config(spec.trainer),
+        torch_threads=kept.torch_threads(spec.torch_threads),
+        sampling_threads=kept.sampling_threads(spec.sampling_threads),
+    )
 
 
 def runtime_settings(trainer: Trainer) -> dict[str, Any]:
@@ -133,11 +147,14 @@ class WorkerLoop:
     """One rank's run: restore, step, evaluate, checkpoint, stop."""
 
     def __init__(self, spec: LoopSpec, control: Any, context: RunContext):
-        self.spec = spec
         self.control = control
         self.context = context
         self.rank, self.world = context.rank, context.world_size
         self.device = context.device
+        self._checkpoint = self._latest_checkpoint()  # read first: it says what the run computed with
+        kept = KeptRuntime.of_checkpoint(self._checkpoint[1]) if self._checkpoint else None
+        configured, self.spec = spec, kept_spec(spec, kept)
+        spec = self.spec
         threads = apply_threads(spec.torch_threads, context.local_world_size)
         threads["omp_wait_policy_from"] = spec.omp_wait_policy_from
         builtin = spec.trainer.model.source == "builtin"
@@ -155,9 +172,14 @@ class WorkerLoop:
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
         self.runtime = {**runtime_settings(self.trainer), **threads}
+        if kept is not None:  # what the config left to the machine, as the continued run had it
+            self.runtime.update(
+                kept.record_of(configured.trainer, configured.torch_threads, configured.sampling_threads)
+            )
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
         self._placed: PlacedRewards | None = None
+        self._kept_placement = self._checkpoint[1].get("placement") if self._checkpoint else None
         pool_cfg = spec.pool
         self._rss_watch = RssWatch(
             pool_cfg.rss_warn_growth_mb, pool_cfg.rss_warn_rising_steps, pool_cfg.max_worker_rss_mb
@@ -280,6 +302,7 @@ class WorkerLoop:
             self._placed = PlacedRewards(
                 self.pool(), self.spec.scorer, self.spec.pool.placement, log=self._say
             )
+            self._placed.load_state_dict(self._kept_placement)  # the continued run's decision
         return self._placed
 
     def _say(self, line: str) -> None:
@@ -349,7 +372,9 @@ class WorkerLoop:
             self.context.report(metrics)  # every rank reports: it is a barrier
             return
         self._wait_recorded(step)
-        extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world}
+        extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world, "runtime": self.runtime}
+        if self._placed is not None:
+            extra["placement"] = self._placed.state_dict()
         self._writer.write(step, self.trainer.state_dict(), extra, metrics)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
 
@@ -364,14 +389,23 @@ class WorkerLoop:
                 )
             time.sleep(0.02)
 
-    def restore(self) -> int:
-        """Load the context's latest checkpoint, if any; returns its step (0 when starting afresh)."""
+    def _latest_checkpoint(self) -> tuple[dict, dict, str] | None:
+        """(trainer state, extra, the name the context lists) of the context's latest checkpoint."""
         found = self.context.latest_checkpoint()
         if found is None:
-            return 0
+            return None
         state, extra = load_verified(found.path)
+        return state, extra, found.name
+
+    def restore(self) -> int:
+        """Load the latest checkpoint (read when the loop was built), if any; returns its step (0
+        when starting afresh)."""
+        if self._checkpoint is None:
+            return 0
+        state, extra, name = self._checkpoint
+        self._checkpoint = None  # the state is the trainer's now: not held twice
         self.trainer.load_state_dict(state)
         self._last_checkpoint = int(extra["step"])
         self._writer.last_good = step_dir_name(self._last_checkpoint)
-        self._registered_through = int(found.name.removeprefix("step_"))
+        self._registered_through = int(name.removeprefix("step_"))
         return int(extra["step"])

@@ -127,3 +127,46 @@ def test_ray_train_refuses_checkpoints_only_a_local_run_can_continue(tmp_path):
     assert problem.startswith("run.backend: 'ray_train' cannot continue") and "run.backend=local" in problem
     (root / RAY_TRAIN_MARKER).write_text("")  # Ray Train ran here: it resumes from what it registered
     assert local_checkpoints_problem(root) is None
+
+
+def _rewrite_runtime(checkpoint: Path, **choices: object) -> dict:
+    """Give a checkpoint another runtime record (as if another machine had written it), its manifest
+    updated to match; returns the record."""
+    import hashlib
+
+    extra = json.loads((checkpoint / "extra.json").read_text())
+    extra["runtime"] = {**extra["runtime"], **choices}
+    data = json.dumps(extra, indent=2, sort_keys=True).encode()
+    (checkpoint / "extra.json").write_bytes(data)
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["files"]["extra.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return extra["runtime"]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_resumed_run_computes_with_the_choices_of_the_run_it_continues(smoke_runs, tmp_path):
+    """What `auto` became comes from the checkpoint, not from this machine choosing again."""
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(smoke_runs["local"], run_dir)
+    first = json.loads((run_dir / "runtime.json").read_text())
+    done = json.loads((run_dir / "summary.json").read_text())["steps"]
+    other = {"fp32": "bf16", "bf16": "fp32"}[first["precision"]]
+    kernel = {"torch": "onednn", "onednn": "torch"}[first["linear_kernel"]]
+    kept = _rewrite_runtime(
+        run_dir / "checkpoints" / f"step_{done:06d}",
+        precision=other, precision_reason="auto: another machine's reason", sampling_precision=other,
+        linear_kernel=kernel, torch_threads=1, sampling_threads=1,
+    )  # fmt: skip
+    grpo = load_config("smoke").grpo.steps
+    result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={grpo + 1}")
+    assert_ran(result)
+    runtime = json.loads((run_dir / "runtime.json").read_text())
+    assert (runtime["precision"], runtime["sampling_precision"], runtime["linear_kernel"]) == (other, other, kernel)
+    assert runtime["precision_reason"] == "auto: another machine's reason" and runtime["kept_from_step"] == done
+    assert (runtime["torch_threads"], runtime["sampling_threads"]) == (1, 1)
+    newest = json.loads((run_dir / "checkpoints" / f"step_{done + 1:06d}" / "extra.json").read_text())
+    assert {k: newest["runtime"][k] for k in ("precision", "linear_kernel", "torch_threads")} == {
+        k: kept[k] for k in ("precision", "linear_kernel", "torch_threads")
+    }  # and the next resume keeps them again
