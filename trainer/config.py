@@ -263,7 +263,8 @@ class PrecisionConfig(Frozen):
         "auto",
         description="auto: bf16 where the hardware computes it faster (a CUDA GPU with bf16; a CPU with "
         "AMX tiles and a model at least 256 wide; a CPU with AVX512-BF16 whose bf16 matmuls time at least "
-        "2.5x fp32's on one thread), else fp32; the choice and why are recorded in the run's runtime.json",
+        "2.5x fp32's on one thread, timed once per machine and kept), else fp32; the choice and why are recorded in "
+        "the run's runtime.json, and a resumed run keeps the choice of the run it continues",
     )
     tf32: bool = Field(True, description="TF32 matmuls on CUDA")
 
