@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -82,12 +82,14 @@ class RewardPool:
         pool: PoolConfig | Mapping[str, Any] | None = None,
         *,
         run_id: str = "default",
+        worker_clock: Callable[[], float] = time.perf_counter,
     ) -> RewardPool:
         """Start `pool.num_workers` named worker actors and wait until all of them answer.
 
         The scorer is built here, so a user reward that cannot be resolved fails now, in this
         process, with the library's message; workers receive the built scorer (registered
-        functions travel with it).
+        functions travel with it). `worker_clock` is what the workers time their calls by, whose
+        cost per item decides how far a submission spreads (`pool.spread_min_s`).
         """
         cfg = _pool_config(pool)
         _require_ray()
@@ -112,7 +114,9 @@ class RewardPool:
                     options["namespace"] = cfg.namespace
                 # Passed by value (a few kB): a restarted worker is rebuilt from its own copy.
                 handles.append(
-                    actor_cls.options(**options).remote(scorer, cfg.concurrency_per_worker, item_timeout(cfg))
+                    actor_cls.options(**options).remote(
+                        scorer, cfg.concurrency_per_worker, item_timeout(cfg), clock=worker_clock
+                    )
                 )
         except ActorAlreadyExistsError as exc:
             _kill_all(handles)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from actors.pool.codec import EncodedResults, encode, failed_block, reported_components
@@ -40,7 +40,9 @@ class RewardWorker:
         scorer: Scorer | RewardConfig | Mapping[str, Any] | None = None,
         concurrency: int = 1,
         item_timeout_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
+        """`clock` (seconds) times each call: the busy time the pool turns into a cost per item."""
         # A Scorer built by the pool carries its resolved user rewards (registered ones included).
         self._scorer = scorer if is_scorer(scorer) else build_scorer(scorer)
         # Rewards that wait (async def, or asking for threads) score `concurrency` items at once,
@@ -51,6 +53,7 @@ class RewardWorker:
         setup = getattr(self._scorer, "setup", None)
         if callable(setup):
             setup()
+        self._clock = clock
         self._items_scored = 0
         self._busy_s = 0.0  # wall time inside score_chunk
         self._cpu_s = 0.0  # CPU time this process got meanwhile (less than busy when starved)
@@ -65,7 +68,7 @@ class RewardWorker:
                 f"slice [{lo}, {hi}) does not fit a payload of {len(completions)} completions "
                 f"and {len(targets)} targets"
             )
-        began, began_cpu = time.perf_counter(), time.thread_time()
+        began, began_cpu = self._clock(), time.thread_time()
         # What the rewards print is kept (capped) and travels with the results, never to the log.
         with capture_output() as output:
             try:
@@ -77,7 +80,7 @@ class RewardWorker:
                 encoded = encode(results, reported_components(self._scorer))
             except Exception as exc:  # the scorer's own guard failed: every item errs, visibly
                 encoded = failed_block(hi - lo, ERROR, f"score_batch failed: {type(exc).__name__}: {exc}")
-        busy_s = time.perf_counter() - began
+        busy_s = self._clock() - began
         self._busy_s += busy_s
         self._cpu_s += time.thread_time() - began_cpu
         self._items_scored += hi - lo

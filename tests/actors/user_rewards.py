@@ -108,3 +108,26 @@ def sleeps_forever_on_marker(completion: str, target: str) -> float:
     while HANG in completion:
         time.sleep(0.05)
     return 0.5
+
+
+# The time the rewards below have taken in this process, by their own account: a clock that moves
+# only when they score. Reward workers that time their calls by it (`RewardPool.create`'s
+# `worker_clock`) report a known cost per item, whatever the machine and its load.
+_scored_s = [0.0]
+
+
+def scoring_clock() -> float:
+    """Seconds the known-cost rewards of this process have taken so far."""
+    return _scored_s[0]
+
+
+def costs_a_microsecond(completion: str, target: str) -> float:
+    """A cheap reward: 1 us an item on `scoring_clock`."""
+    _scored_s[0] += 1e-6
+    return 0.5
+
+
+def costs_a_millisecond(completion: str, target: str) -> float:
+    """A costly reward: 1 ms an item on `scoring_clock`."""
+    _scored_s[0] += 1e-3
+    return 0.5

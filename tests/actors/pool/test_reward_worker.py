@@ -29,6 +29,13 @@ def test_scores_like_the_scorer_and_slices_the_payload():
     assert worker.items_scored() == 125 and worker.ping() == os.getpid()
 
 
+def test_a_call_is_timed_by_the_workers_clock():
+    readings = iter([10.0, 10.25])  # the call's start and end
+    worker = RewardWorker(Scorer(), clock=lambda: next(readings))
+    assert worker.score_chunk(([FEN] * 5, [FEN] * 5)).busy_s == 0.25  # what the pool divides by 5 items
+    assert worker.timings()["busy_s"] == 0.25
+
+
 def test_a_slice_outside_the_payload_is_refused():
     with pytest.raises(ValueError, match=r"slice \[2, 5\) does not fit a payload of 3 completions"):
         RewardWorker().score_chunk((["a", "b", "c"], [FEN] * 3), 2, 5)
