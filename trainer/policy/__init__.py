@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainer.policy.attention import attention_mask, positions_from_mask
 from trainer.policy.base import Policy, PolicyTokenizer, PromptFormat, Reference
 from trainer.policy.builtin import BuiltinPolicy
 from trainer.policy.char_tokenizer import SPECIAL_TOKENS, CharTokenizer, UnknownCharacterError
-from trainer.policy.gpt import GPT, attention_mask, positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.policy.kv_cache import KVCache
 
 if TYPE_CHECKING:

@@ -1,18 +1,17 @@
-"""Attention by torch's fused kernel (`sdpa`) or by explicit matmuls (`eager`), and `auto`'s choice.
+"""Attention by torch's fused kernel (`sdpa`) or by explicit matmuls (`eager`), `auto`'s choice
+between them, and the masks and positions both take.
 
-On CUDA the fused kernels (flash, memory-efficient) are the fast path. On a CPU in bf16 they are
-not: torch 2.13's CPU flash-attention kernel took 19 ms forward and backward per layer for a GRPO
-update's `[64 rows, 4 heads, 76 tokens, 32]` against about 2 ms for the same arithmetic as two
-batched matmuls and a softmax, and 370 us against 120 us for a decoding step's single query over
-80 cached keys (2-core AMD EPYC, Zen 5). `auto` therefore takes `eager` on a CPU computing in
-bf16 or fp16; the hf policy maps the same choice onto transformers' own `attn_implementation`.
+On CUDA the fused kernels (flash, memory-efficient) are the fast path. On a CPU computing in bf16 or
+fp16 torch's fused kernel is the slow one: two batched matmuls and a softmax do the same arithmetic
+several times faster, for a GRPO update's attention and for a decoding step's single query (about
+9x and 3x on a 2-core AMD EPYC, Zen 5, torch 2.13). So `auto` takes `eager` there; the hf policy
+maps the same choice onto transformers' own `attn_implementation`.
 
 In fp32 the built-in GPT's eager attention adds its mask as one float32 bias made once per forward
-(`mask_input`) and is faster than the fused kernel at short lengths: a GRPO step of the reference
-work (the tiny model, 8 x 8 completions of 64 tokens) took 174 ms against 193 ms, decoding,
-reference pass and update all faster. transformers' eager attention was level with sdpa on the same
-work (234 ms both). So `auto` also takes `eager` for the built-in GPT on a CPU when its block_size
-is at most `EAGER_MAX_POSITIONS`; `sdpa` everywhere else.
+(`mask_input`) and is faster than the fused kernel at short lengths, while transformers' eager
+attention is level with sdpa. The eager scores, `[rows, heads, T, T]` per layer, are kept for the
+backward, which the fused kernel avoids; so `auto` takes `eager` for the built-in GPT on a CPU up to
+`EAGER_MAX_POSITIONS` positions, and `sdpa` everywhere else.
 """
 
 from __future__ import annotations
@@ -25,6 +24,24 @@ ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")
 # The built-in GPT in fp32 on a CPU takes eager attention up to this many positions: its scores,
 # [rows, heads, T, T] per layer, are kept for the backward, which the fused kernel avoids.
 EAGER_MAX_POSITIONS = 256
+
+
+def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
+    """Boolean SDPA mask `[N, 1, T, Tk]`: causal, real keys only, and always the query's own column.
+
+    key_valid `[N, Tk]`; query_cols `[T]` and key_cols `[Tk]` are column numbers. Allowing the
+    diagonal keeps a pad query from having no key at all (a fully masked row gives NaN in SDPA);
+    pad queries' outputs are never used.
+    """
+    q = query_cols.unsqueeze(1)  # [T, 1]
+    causal = key_cols <= q  # [T, Tk]
+    own = key_cols == q  # [T, Tk]
+    return (causal & (key_valid.unsqueeze(1) | own)).unsqueeze(1)
+
+
+def positions_from_mask(attn_mask: Tensor) -> Tensor:
+    """Position ids `[B, T]` counting real tokens only (a left pad gets 0, like the first token)."""
+    return (attn_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
 def resolve_attention(

@@ -15,32 +15,14 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.model_config import BuiltinModelConfig
-from trainer.policy.attention import eager_attention, mask_input
+from trainer.policy.attention import attention_mask, eager_attention, mask_input, positions_from_mask
 from trainer.policy.kv_cache import KVCache
 from trainer.policy.linear_kernel import KernelLinear, step_linear
 from trainer.policy.shared_prefix import dropout_active, shared_inputs, shared_prefix_hidden
 
 
-def attention_mask(key_valid: Tensor, query_cols: Tensor, key_cols: Tensor) -> Tensor:
-    """Boolean SDPA mask `[N, 1, T, Tk]`: causal, real keys only, and always the query's own column.
-
-    key_valid `[N, Tk]`; query_cols `[T]` and key_cols `[Tk]` are column numbers. Allowing the
-    diagonal keeps a pad query from having no key at all (a fully masked row gives NaN in SDPA);
-    pad queries' outputs are never used.
-    """
-    q = query_cols.unsqueeze(1)  # [T, 1]
-    causal = key_cols <= q  # [T, Tk]
-    own = key_cols == q  # [T, Tk]
-    return (causal & (key_valid.unsqueeze(1) | own)).unsqueeze(1)
-
-
 def _norm(ln: nn.LayerNorm, x: Tensor) -> Tensor:
     return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
-
-
-def positions_from_mask(attn_mask: Tensor) -> Tensor:
-    """Position ids `[B, T]` counting real tokens only (a left pad gets 0, like the first token)."""
-    return (attn_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
 class CausalSelfAttention(nn.Module):

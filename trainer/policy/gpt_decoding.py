@@ -14,8 +14,9 @@ from torch import Tensor
 
 from trainer.compile import maybe_compile
 from trainer.config import SamplingConfig
+from trainer.policy.attention import positions_from_mask
 from trainer.policy.base import Step
-from trainer.policy.gpt import GPT, positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.policy.kv_cache import KVCache
 
 

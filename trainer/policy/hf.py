@@ -25,8 +25,8 @@ from transformers.utils import logging as hf_logging
 
 from trainer.config import SamplingConfig
 from trainer.model_config import HFModelConfig
+from trainer.policy.attention import positions_from_mask
 from trainer.policy.base import PromptFormat, Reference, Step, frozen_copy
-from trainer.policy.gpt import positions_from_mask
 from trainer.policy.gpt_decoding import full_decoder
 from trainer.policy.hf_cache import cache_kwarg, output_cache, preallocate
 from trainer.policy.hf_gelu import replace_gelu_new

@@ -12,16 +12,13 @@ gradients reach the shared prompt columns summed over the group, as the plain fo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.policy.attention import mask_input
-
-if TYPE_CHECKING:
-    from trainer.policy.gpt import GPT, Block, CausalSelfAttention
+from trainer.policy.attention import attention_mask, mask_input, positions_from_mask
 
 
 class Packing(NamedTuple):
@@ -52,8 +49,6 @@ def shared_inputs(
     """The bool mask `[N, T]`, the positions and how many last columns' logits are kept, defaulted
     as a plain forward defaults them (every token real, positions counted from the mask, every
     column): what both policies' shared-prefix forwards take."""
-    from trainer.policy.gpt import positions_from_mask  # gpt imports this module
-
     mask = torch.ones_like(ids, dtype=torch.bool) if attn_mask is None else attn_mask.bool()
     positions = positions_from_mask(mask) if position_ids is None else position_ids
     t = ids.shape[1]
@@ -69,8 +64,9 @@ def check_groups(n: int, t: int, group_size: int, prefix_len: int) -> None:
         raise ValueError(f"shared_prefix needs 1 <= prompt length ({prefix_len}) < sequence length ({t})")
 
 
-def _attention(attn: CausalSelfAttention, h: Tensor, pk: Packing, masks: tuple[Tensor, Tensor]) -> Tensor:
-    """The block's attention over packed rows `h` `[M, C]` -> `[M, C]`."""
+def _attention(attn: nn.Module, h: Tensor, pk: Packing, masks: tuple[Tensor, Tensor]) -> Tensor:
+    """The block's attention (a `trainer.policy.gpt.CausalSelfAttention`) over packed rows `h`
+    `[M, C]` -> `[M, C]`."""
     c, heads = h.shape[-1], attn.n_head
     d = c // heads
     qkv = attn.c_attn(h)
@@ -92,13 +88,14 @@ def _attention(attn: CausalSelfAttention, h: Tensor, pk: Packing, masks: tuple[T
     return attn.resid_dropout(attn.c_proj(y))
 
 
-def _block(block: Block, x: Tensor, pk: Packing, prompt_mask: Tensor, completion_mask: Tensor) -> Tensor:
+def _block(block: nn.Module, x: Tensor, pk: Packing, prompt_mask: Tensor, completion_mask: Tensor) -> Tensor:
+    """A `trainer.policy.gpt.Block` over packed rows `x` `[M, C]` -> `[M, C]`."""
     x = x + _attention(block.attn, block.ln_1(x), pk, (prompt_mask, completion_mask))
     return x + block.mlp(block.ln_2(x))
 
 
 def shared_prefix_hidden(
-    model: GPT,
+    model: nn.Module,
     idx: Tensor,
     position_ids: Tensor,
     attn_mask: Tensor,
@@ -108,9 +105,8 @@ def shared_prefix_hidden(
 ) -> Tensor:
     """Final hidden states (before `ln_f`) of the last `keep` columns `[N, keep, C]`, for rows
     `idx` `[N, T]` whose first `prefix_len` columns (ids, positions, mask) are the same within
-    each group of `group_size` consecutive rows."""
-    from trainer.policy.gpt import attention_mask  # gpt imports this module
-
+    each group of `group_size` consecutive rows; `model` a `trainer.policy.gpt.GPT` (which calls
+    this from its forward, so this module does not import it)."""
     n, t = idx.shape
     check_groups(n, t, group_size, prefix_len)
     pk = Packing(n // group_size, prefix_len, n, t - prefix_len, group_size)

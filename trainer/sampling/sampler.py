@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 
 from trainer.config import SamplingConfig
+from trainer.policy.attention import positions_from_mask
 from trainer.policy.base import Policy, Step, eval_mode
 from trainer.policy.builtin import BuiltinPolicy
-from trainer.policy.gpt import GPT, positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.policy.gpt_decoding import decode_step, release_static_cache
 from trainer.sampling.rollout import Rollout, completions_text
 from trainer.sampling.row_noise import StepNoise

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from trainer.policy.gpt import positions_from_mask
+from trainer.policy.attention import positions_from_mask
 from trainer.sampling.rollout import Rollout
 
 

@@ -9,9 +9,9 @@ from trainer.config import SamplingConfig, TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.engine import Trainer
 from trainer.model_config import BuiltinModelConfig
-from trainer.policy.attention import eager_attention, mask_input, resolve_attention
+from trainer.policy.attention import attention_mask, eager_attention, mask_input, resolve_attention
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.policy.gpt import GPT, attention_mask
+from trainer.policy.gpt import GPT
 from trainer.sampling.sampler import generate
 
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)

@@ -5,7 +5,8 @@ import torch
 
 from trainer.config import SamplingConfig
 from trainer.model_config import BuiltinModelConfig
-from trainer.policy.gpt import GPT, positions_from_mask
+from trainer.policy.attention import positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.policy.kv_cache import KVCache
 from trainer.sampling.row_noise import row_keys
 from trainer.sampling.sampler import generate

@@ -3,8 +3,9 @@ import torch
 
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.model_config import BuiltinModelConfig
+from trainer.policy.attention import positions_from_mask
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.policy.gpt import GPT, positions_from_mask
+from trainer.policy.gpt import GPT
 from trainer.policy.kv_cache import KVCache
 
 TOKENIZER = CharTokenizer(CHESS_ALPHABET)

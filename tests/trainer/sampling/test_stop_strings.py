@@ -2,8 +2,8 @@
 
 import torch
 
+from trainer.policy.attention import positions_from_mask
 from trainer.policy.char_tokenizer import CharTokenizer
-from trainer.policy.gpt import positions_from_mask
 from trainer.sampling.rollout import Rollout, completions_text
 from trainer.sampling.stop import apply_stop_strings, first_stop
 
