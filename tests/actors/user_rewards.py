@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 
+from tests.company import Company
+
 HANG = "HANG"
 RAISE = "RAISE"
 CRASH = "CRASH"
@@ -63,12 +65,19 @@ async def awaits_forever_on_marker(completion: str, target: str) -> float:
     return 0.5
 
 
-def blocks_20ms(completion: str, target: str) -> float:
-    """A plain reward that blocks on I/O for 20 ms (ask for threads)."""
-    import time
+# 16 items of one worker process waiting at once: only items scored side by side get there.
+_company = Company(16)
 
-    time.sleep(0.02)
-    return 0.5
+
+async def waits_for_company(completion: str, target: str) -> float:
+    """An I/O-bound reward that answers 1.0 once 16 items of its process have waited at once."""
+    return 1.0 if await _company.wait_async() else 0.0
+
+
+def blocks_for_company(completion: str, target: str) -> float:
+    """A plain reward that blocks (ask for threads) until 16 items of its process have blocked at
+    once, then answers 1.0."""
+    return 1.0 if _company.wait() else 0.0
 
 
 class CountsItsSetup:

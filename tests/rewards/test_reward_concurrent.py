@@ -4,7 +4,6 @@ deadline, blocking rewards on threads, class rewards with setup/__call__/close."
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from rewards import ERROR, TIMEOUT, RewardConfig, Scorer, register_reward, unregister_reward
 from rewards.concurrent import score_batch_concurrent
 from rewards.config import UserRewardSpec
+from tests.company import Company
 
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
 
@@ -25,8 +25,13 @@ async def _judge(completion, target):
     return 1.0 if completion == target else 0.25
 
 
+_BLOCKED = Company(16)
+
+
 def _blocking(completion, target):
-    time.sleep(0.05)
+    """Blocks until 16 calls are blocked at once (threads side by side), as a reward waiting on I/O."""
+    if not _BLOCKED.wait():
+        raise RuntimeError("16 calls never blocked at once")
     return 0.5
 
 
@@ -62,13 +67,23 @@ def _run(scorer, completions, **kw):
 
 
 def test_async_items_run_side_by_side_and_equal_the_one_by_one_results():
-    scorer = _scorer("judge")
-    assert scorer.concurrent
-    completions = [FEN, FEN[:-1], "garbage", "x" * 600] * 16  # too_long items never reach the reward
-    began = time.perf_counter()
-    results = _run(scorer, completions)
-    assert time.perf_counter() - began < 0.05 * len(completions) / 8  # 64 x 50 ms one by one: 3.2 s
-    assert results == [scorer.score(c, FEN) for c in completions[:4]] * 16
+    company = Company(8)  # an item answers once 8 have waited at once: only side by side gets there
+
+    async def judge_in_company(completion, target):
+        if not await company.wait_async():
+            raise RuntimeError("8 items never waited at once")
+        return 1.0 if completion == target else 0.25
+
+    register_reward("judge_in_company", judge_in_company, replace=True)
+    try:
+        scorer = _scorer("judge_in_company")
+        assert scorer.concurrent
+        completions = [FEN, FEN[:-1], "garbage", "x" * 600] * 16  # too_long items never reach the reward
+        results = _run(scorer, completions)  # one by one, the first item would time out alone
+        assert company.most >= 8 and TIMEOUT not in {r.status for r in results}
+        assert results == [scorer.score(c, FEN) for c in completions[:4]] * 16  # company met: no wait now
+    finally:
+        unregister_reward("judge_in_company")
 
 
 def test_an_item_that_never_answers_times_out_alone_and_a_raising_one_errs():
@@ -81,9 +96,9 @@ def test_an_item_that_never_answers_times_out_alone_and_a_raising_one_errs():
 def test_a_blocking_reward_that_asks_for_threads_runs_on_them():
     scorer = _scorer("blocking", threads=True)
     with ThreadPoolExecutor(16) as pool:
-        began = time.perf_counter()
         results = _run(scorer, [FEN] * 32, concurrency=16, executor=pool)
-    assert time.perf_counter() - began < 32 * 0.05 / 4 and {r.status for r in results} == {"ok"}
+    # each call blocked until 16 were blocked at once: one thread at a time, each would time out
+    assert {r.status for r in results} == {"ok"} and _BLOCKED.most == 16
     assert not _scorer("blocking").concurrent  # without the flag it is a plain reward
 
 

@@ -3,14 +3,13 @@ with a per-item deadline, plain blocking rewards on threads, and class rewards s
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from actors.pool.config import PoolConfig
 from actors.pool.reward_pool import RewardPool
-from rewards import TIMEOUT, RewardConfig, Scorer
+from rewards import TIMEOUT, RewardConfig
 from rewards.config import UserRewardSpec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -26,21 +25,17 @@ def _cfg(**kw) -> PoolConfig:
     return PoolConfig(**{"name_prefix": f"wait-{uuid.uuid4().hex[:6]}", "num_workers": 2, **kw})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("fn", "threads"), [("waits_20ms", False), ("blocks_20ms", True)])
+@pytest.mark.parametrize(("fn", "threads"), [("waits_for_company", False), ("blocks_for_company", True)])
 def test_waiting_rewards_score_side_by_side(fn, threads):
     reward = _user(fn, threads=threads)
     n = 256
     completions, targets = [FEN] * n, [FEN] * n
     with RewardPool.create(reward, _cfg(concurrency_per_worker=32), run_id="wait") as pool:
-        pool.score(completions[:8], targets[:8])  # warm
-        began = time.monotonic()
         results = pool.score(completions, targets)
-        elapsed = time.monotonic() - began
     assert [r.status for r in results] == ["ok"] * n
-    assert results == Scorer(_user(fn, threads=threads)).score_batch(completions[:1], targets[:1]) * n
-    serial_s = n * 0.02 / 2  # one after another on 2 workers: 2.56 s
-    assert elapsed < serial_s / 3, f"{n} items of 20 ms took {elapsed:.2f}s on 2 workers x 32"
+    # each item answered only once 16 items of its worker waited at once: one by one, none would
+    # have (each would have waited alone until pool.item_timeout_s cut it)
+    assert {r.components[f"user_rewards:{fn}"] for r in results} == {1.0}
 
 
 def test_an_async_reward_that_never_answers_is_cut_at_its_deadline_and_the_rest_score():
@@ -49,15 +44,14 @@ def test_an_async_reward_that_never_answers_is_cut_at_its_deadline_and_the_rest_
     targets = [FEN] * len(completions)
     cfg = _cfg(chunk_timeout_s=10.0, item_timeout_s=1.0)
     with RewardPool.create(reward, cfg, run_id="async-hang") as pool:
-        began = time.monotonic()
         ticket = pool.submit(completions, targets)
-        results = pool.collect_results([ticket])
-        elapsed = time.monotonic() - began
+        results = pool.collect_results([ticket], timeout_s=60)  # only a guard against a hang
         rewards = pool.collect([ticket])
         poison = results.pop(40)
         assert poison.status == TIMEOUT and "pool.item_timeout_s=1s" in poison.reason
-        assert {r.status for r in results} == {"ok"} and elapsed < 1.0 + 5.0
-        assert rewards.stats["reward_deadline_kills"] == 0  # cut inside the worker; nobody was killed
+        assert {r.status for r in results} == {"ok"}
+        # cut inside the worker at its item deadline, before the call's (10 s): nobody was killed
+        assert rewards.stats["reward_deadline_kills"] == 0 and rewards.stats["reward_retries"] == 0
         assert [r.status for r in pool.score([FEN] * 50, [FEN] * 50)] == ["ok"] * 50
 
 
