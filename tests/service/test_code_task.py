@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -75,12 +74,12 @@ def test_a_run_with_a_bad_row_exits_2_naming_the_file_and_line(tmp_path, capsys,
     assert not (tmp_path / "run").exists()
 
 
-def test_without_the_sandbox_a_code_run_exits_2_in_seconds_naming_it(tmp_path, capsys, monkeypatch):
+def test_without_the_sandbox_a_code_run_exits_2_before_ray_starts_naming_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda: "bwrap: not found on PATH")
-    began = time.monotonic()
+    # refused before Ray starts: in the unit tier, starting it would fail the test (tests/tiers.py)
     rc = main(["--preset", "code-smoke", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and time.monotonic() - began < 10
+    assert rc == 2
     assert err.splitlines() == [
         "config error: task.name: code runs completions in the sandbox, which is unavailable here: "
         "bwrap: not found on PATH; apt-get install bubblewrap"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
@@ -21,9 +20,8 @@ def tiny(tmp_path_factory):
 
 def _refused(tmp_path, capsys, *sets: str) -> str:
     args = ["--preset", "hf-smoke", "--run-dir", str(tmp_path / "run")]
-    began = time.monotonic()
+    # refused before Ray starts: in the unit tier, starting it would fail the test (tests/tiers.py)
     assert main([*args, *(a for s in sets for a in ("--set", s))]) == 2
-    assert time.monotonic() - began < 30
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists(), err
     return err

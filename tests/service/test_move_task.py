@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import chess
 import pytest
@@ -48,9 +47,8 @@ def test_pairs_hold_the_engine_move_are_cached_and_stay_apart_from_held_out(move
     for pair in train + held:
         tok.encode(pair.prompt), tok.encode(pair.target)
     assert len(list(cache_dir().glob("*.json"))) == 2
-    began = time.perf_counter()
+    # from the cache: a search would say so first (its log line fails the test)
     assert task.training_pairs(lambda line: pytest.fail(f"searched again: {line}")) == train
-    assert time.perf_counter() - began < 2.0
     scorer = task.scorer()
     try:  # the reference move scores full marks: the engine agrees with itself
         assert scorer.score(train[0].target, train[0].target, train[0].fields).total == 1.0

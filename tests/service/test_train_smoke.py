@@ -20,12 +20,13 @@ from service.progress import PROGRESS_PREFIX, SUMMARY_PREFIX, last_record
 from service.run_files import read_jsonl
 from tests.service.train_child import REPO, assert_ran, child_env, run_train, shared_env, train_argv
 
-SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 CPUs; the test allows for a busy machine
+SMOKE_BUDGET_S = 60.0  # the preset's promise on 2 idle CPUs: printed beside the run's time, never asserted
 pytestmark = pytest.mark.slow
 
 
 def _train(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
+    # the timeout is only a guard against a hang (5x the preset's promise, 10x an idle run)
     result = run_train(*args, env=shared_env() if env is None else env, timeout=300)
     return result, time.monotonic() - began
 
@@ -45,7 +46,6 @@ def test_smoke_run_writes_every_record_of_the_contract(tmp_path):
     logs = result.stdout + result.stderr
     assert result.returncode == 0, logs[-4000:]
     print(f"smoke wall time {wall:.1f}s (budget {SMOKE_BUDGET_S:.0f}s on an idle 2-CPU machine)")
-    assert wall < 3 * SMOKE_BUDGET_S, f"smoke run took {wall:.0f}s"
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["name"] == "smoke-test" and config["run"]["run_dir"] == str(run_dir)
