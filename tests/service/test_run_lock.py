@@ -15,9 +15,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from service import run_lock
 from service.config import ConfigError, config_to_yaml, load_config
 from service.run_dir import claim_run, fresh_config, resumed_config
 from service.run_lock import (
@@ -139,7 +141,7 @@ def test_the_lock_of_a_killed_holder_is_taken_over_with_a_line_naming_it(tmp_pat
 
 def _foreign(directory: Path, heartbeat_age_s: float) -> Owner:
     """The record of a holder on another machine (another kernel: its flock may not reach us)."""
-    now = time.time()
+    now = run_lock.time.time()  # the lock's own clock, which a test may stop
     owner = Owner(
         host="gpu-node-7", pid=4242, started=now - 600, heartbeat=now - heartbeat_age_s, boot="other"
     )
@@ -148,7 +150,12 @@ def _foreign(directory: Path, heartbeat_age_s: float) -> Owner:
     return owner
 
 
-def test_a_foreign_holder_with_a_fresh_heartbeat_is_alive_and_a_stale_one_is_taken_over(tmp_path):
+def test_a_foreign_holder_with_a_fresh_heartbeat_is_alive_and_a_stale_one_is_taken_over(
+    tmp_path, monkeypatch
+):
+    # the lock's clock stands still: the heartbeat is "3 s ago" however long the lines below take
+    stopped = SimpleNamespace(time=lambda: 1.8e9, monotonic=time.monotonic, sleep=time.sleep)
+    monkeypatch.setattr(run_lock, "time", stopped)
     run_dir = tmp_path / "run"
     owner = _foreign(run_dir, heartbeat_age_s=3)
     for attempt in (check_free, claim_run_dir):
