@@ -1,13 +1,23 @@
-"""The command line of one execution: a shell that joins the cgroups, then bubblewrap, then prlimit.
+"""The command line of one sandbox: a shell that joins the cgroups, then bubblewrap, then the program.
 
-    sh -c LAUNCH  ->  writes its own pid into each cgroup.procs, then execs
-    bwrap ...     ->  new user/pid/net/ipc/uts/mount/cgroup namespaces, read-only system, private tmpfs
-    prlimit ...   ->  CPU seconds, address space, file size, open files, core 0, then execs the program
+    sh -c LAUNCH    ->  writes its own pid into each cgroup.procs, then execs
+    [prlimit]       ->  RLIMIT_NPROC, where the processes are capped by uid (`process_limit.py`)
+    bwrap --args FD ->  new pid/net/ipc/uts/mount/cgroup namespaces, read-only system, private tmpfs,
+                        the seccomp filter; its options come from a memfd, so /proc/1/cmdline inside
+                        shows no host path but the interpreter's
+    ENTER (as root) ->  gives the private directories to the slot's uid, then setpriv: that uid, no
+                        capabilities, no new privileges, then the program (or the warm executor)
 
-The shell and bwrap start with an environment of PATH and LANG only (the sandbox can read bwrap's
-own environment at /proc/1/environ); the program's environment is set with --clearenv/--setenv.
-Nothing of the host's filesystem is visible but /usr (with the merged-/usr links), the interpreter's
-prefixes and two files of /etc, all read-only; the work directory, /tmp and /dev/shm are private tmpfs.
+Where this process is root, bubblewrap runs as root without a user namespace and the program runs as
+the sandbox slot's own unprivileged uid (`uid_slots.py`): it is never root outside, so the kernel's
+knobs (/proc/sys, which is also bound read-only) and every file of root's are not its to write, and
+RLIMIT_NPROC binds it. Otherwise (an unprivileged caller) bubblewrap makes a user namespace whose
+uid 65534 is the caller's own uid outside.
+
+The shell and bwrap start with an environment of PATH and LANG only; the program's environment is
+set with --clearenv/--setenv. Nothing of the host's filesystem is visible but /usr (with the
+merged-/usr links), the interpreter's prefixes and two files of /etc, all read-only; the work
+directory, /tmp and /dev/shm are private tmpfs, /dev/mqueue a private mqueue, /dev itself read-only.
 """
 
 from __future__ import annotations
@@ -22,7 +32,17 @@ from rewards.sandbox.result import SandboxLimits
 WORKDIR = "/sandbox"  # the program's cwd: a fresh tmpfs holding the `files`
 PROGRAM = "/program/main.py"  # run_python's source, read-only, outside the work directory
 LAUNCHER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-SANDBOX_UID = 65534  # nobody, inside the user namespace
+SANDBOX_UID = 65534  # the program's uid inside the user namespace of an unprivileged caller
+PRIVATE_DIRS = ("/tmp", "/dev/shm", WORKDIR)
+# /proc entries bound read-only over the fresh procfs (as Docker does): the kernel's knobs.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+# As root inside bwrap, just long enough to give the private directories to the slot's uid and
+# become it: no capability is left and none can be gained (no_new_privs), before the program starts.
+ENTER = (
+    'u=$1; shift; chown "$u:$u" /tmp /dev/shm && chown -R "$u:$u" ' + WORKDIR + " && exec /usr/bin/setpriv "
+    '--reuid="$u" --regid="$u" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"'
+)
+ENTER_CAPS = ("CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 
 # $1 is how many cgroup.procs files follow; the shell joins each before anything can fork.
 LAUNCH = (
@@ -69,9 +89,16 @@ def memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def launcher_argv(procs_files: list[str], bwrap: list[str]) -> list[str]:
-    """`sh -c LAUNCH`: join each cgroup (its cgroup.procs file), then exec bwrap's argv."""
-    return ["/bin/sh", "-c", LAUNCH, "launch", str(len(procs_files)), *procs_files, *bwrap]
+def launcher_argv(procs_files: list[str], nproc: int | None, bwrap: list[str]) -> list[str]:
+    """`sh -c LAUNCH`: join each cgroup (its cgroup.procs file), set RLIMIT_NPROC when `nproc` is
+    given (bwrap itself runs as root, which the limit does not bind), then exec bwrap's argv."""
+    limit = ["/usr/bin/prlimit", f"--nproc={nproc}:{nproc}", "--"] if nproc is not None else []
+    return ["/bin/sh", "-c", LAUNCH, "launch", str(len(procs_files)), *procs_files, *limit, *bwrap]
+
+
+def options_fd(options: list[str]) -> int:
+    """A memfd holding bwrap's options NUL-separated, for `bwrap --args FD`."""
+    return memfd("bwrap-args", b"".join(option.encode() + b"\0" for option in options))
 
 
 def tool(name: str) -> str:
@@ -90,49 +117,72 @@ def check_file_name(name: str) -> PurePosixPath:
     return path
 
 
-def bwrap_argv(
-    bwrap: str,
-    command: list[str],
+def bwrap_options(
     *,
     limits: SandboxLimits,
     python: str,
     status_fd: int | None,
     files: dict[str, int],
     program_fd: int | None,
-    address_space_mb: int | None,
+    seccomp_fd: int,
     program_path: str = PROGRAM,
     die_with_parent: bool = True,
     as_pid_1: bool = False,
+    slot_uid: int | None = None,
 ) -> list[str]:
-    """bwrap's argv; `files` maps work-directory names to readable fds (copied in by bwrap, then closed).
-    Without `address_space_mb` the command runs without prlimit (the warm executor sets each child's).
-    `die_with_parent` kills the sandbox with the thread that started it (PR_SET_PDEATHSIG follows the
-    thread): a warm sandbox outlives its starting thread and ends when its control pipe closes instead.
-    `as_pid_1`: the command is the pid namespace's init (no bwrap reaper): nothing inside can signal
-    it, and everything inside dies with it."""
+    """bwrap's options (handed over through `--args FD`); `files` maps work-directory names to
+    readable fds (copied in by bwrap, then closed). `slot_uid`: this process is root and the
+    program runs as that uid (no user namespace); None: an unprivileged caller's user namespace.
+    `die_with_parent` kills the sandbox with the thread that started it (PR_SET_PDEATHSIG follows
+    the thread): a warm sandbox outlives its starting thread and ends when its control pipe closes
+    instead. `as_pid_1`: the command is the pid namespace's init (no bwrap reaper): nothing inside
+    can signal it, and everything inside dies with it."""
     disk = str(limits.disk_mb << 20)
-    args = [bwrap, "--unshare-all", "--new-session"] + (["--die-with-parent"] if die_with_parent else [])
+    args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup"]
+    args += ["--new-session"] + (["--die-with-parent"] if die_with_parent else [])
     args += ["--as-pid-1"] if as_pid_1 else []
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
-    args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
-    args += ["--unshare-user", "--disable-userns"]  # --unshare-all only tries a user namespace as root
+    args += ["--hostname", "sandbox"]
+    if slot_uid is None:
+        args += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    else:
+        for cap in ENTER_CAPS:
+            args += ["--cap-add", cap]
     args += system_binds()
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    for private in ("/tmp", "/dev/shm", WORKDIR):
+    args += ["--proc", "/proc"]
+    for knob in PROC_READ_ONLY:
+        args += ["--ro-bind-try", knob, knob]
+    args += ["--dev", "/dev"]
+    for private in PRIVATE_DIRS:
         args += ["--size", disk, "--tmpfs", private]
+    args += ["--mqueue", "/dev/mqueue", "--remount-ro", "/dev"]
     # After the private /tmp: an interpreter that lives under /tmp (a CI virtualenv) stays visible.
+    made: set[str] = set()
     for root in interpreter_binds(python):
+        for parent in reversed(PurePosixPath(root).parents[:-1]):  # traversable by the slot's uid
+            if str(parent) not in made and str(parent) not in PRIVATE_DIRS:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", root, root]
     args += file_args(files)
     if program_fd is not None:
-        args += ["--ro-bind-data", str(program_fd), program_path]
+        args += ["--perms", "0444", "--ro-bind-data", str(program_fd), program_path]
     args += ["--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]
     for key, value in program_env(python).items():
         args += ["--setenv", key, value]
-    if address_space_mb is None:
-        return [*args, "--", *command]
-    return [*args, "--", *prlimit_argv(limits, address_space_mb), "--", *command]
+    return [*args, "--seccomp", str(seccomp_fd)]
+
+
+def inner_command(command: list[str], slot_uid: int | None) -> list[str]:
+    """What bwrap executes: the command itself, or (as root) ENTER, which becomes the slot's uid first."""
+    if slot_uid is None:
+        return command
+    return ["/bin/sh", "-c", ENTER, "enter", str(slot_uid), *command]
+
+
+def bwrap_argv(bwrap: str, args_fd: int, command: list[str], slot_uid: int | None) -> list[str]:
+    return [bwrap, "--args", str(args_fd), "--", *inner_command(command, slot_uid)]
 
 
 def file_args(files: dict[str, int]) -> list[str]:

@@ -1,8 +1,7 @@
-"""One cgroup v1 pids cgroup (and, where it works, a memory cgroup) per execution.
+"""One cgroup v1 pids cgroup (and, where it works, a memory cgroup) per sandbox (`cgroup_v1`).
 
-RLIMIT_NPROC binds neither root nor a uid mapped inside a user namespace, so the pids controller is
-what caps a fork bomb: `pids.max` is written before the launcher joins, and the launcher joins before
-it can fork. `cgroup.procs` lists every member, which is how the deadline kills everything. The
+The pids controller caps a fork bomb: `pids.max` is written before the launcher joins, and the
+launcher joins before it can fork. `cgroup.procs` lists every member, which is how the deadline kills everything. The
 directories are made under this process's own cgroup (so a limit above it still binds) and removed
 after each execution; ones left by a process that died are swept on first use.
 """
@@ -107,11 +106,25 @@ def sweep(parent: Path) -> None:
             remove(child, attempts=5)
 
 
+def unique_name() -> str:
+    """A cgroup name of this process's own: its pid first, so `sweep` can tell whose it was."""
+    return f"{PREFIX}{os.getpid()}-{next(_counter)}-{os.urandom(3).hex()}"
+
+
+def v1_unavailable_reason(root: Path = CGROUP_ROOT) -> str | None:
+    parent = own_cgroup("pids", root)
+    if parent is None:
+        return f"the cgroup v1 pids controller is not mounted at {root / 'pids'}"
+    if not os.access(parent, os.W_OK):
+        return f"the cgroup v1 pids controller at {parent} is not writable"
+    return None
+
+
 class ExecutionCgroups:
-    """The cgroups of one execution: `pids` always, `memory` when the controller can be used here."""
+    """The cgroups of one sandbox: `pids` always, `memory` when the controller can be used here."""
 
     def __init__(self, *, processes: int, memory_mb: int | None, root: Path = CGROUP_ROOT) -> None:
-        name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{os.urandom(3).hex()}"
+        name = unique_name()
         self.pids: Path | None = None
         self.memory: Path | None = None
         pids_parent = own_cgroup("pids", root)

@@ -1,26 +1,31 @@
-"""The program a warm sandbox runs: it forks one child per execution, inside the sandbox.
+"""The program a warm sandbox runs: a zygote that never holds a program, forking one child per execution.
 
 This file is not imported by the service: `warm.py` binds its source into a bubblewrap sandbox
 as /program/executor.py and runs it there with the sandbox's interpreter (standard library only).
-It reads requests on fd 0 and answers on fd 1, one 4-byte big-endian length and a JSON object
-each way. For every request it:
+Frames on the control channel are a 4-byte big-endian length and a JSON object. For each request:
 
-- empties the private directories (the work directory, /tmp, /dev/shm), writes the request's
-  files, and forks a child that takes a session of its own, the request's rlimits, fresh stdio
-  (stdin from a memfd, stdout and stderr to pipes) and the work directory, then runs the source
-  as `__main__` (or execs the request's argv);
-- reads the child's output up to the cap and until the deadline, then kills what is left in the
-  sandbox's pid namespace (this process is its pid 1, so double-forked daemons come back to it),
-  removes SysV IPC objects, empties the directories again, and answers
-  {"exit", "signal", "why", "stdout", "stderr", "clean"}.
+- the host sends a header (the limits, and the length of the body that follows it); this process
+  reads the header only, empties the private directories (the work directory, /tmp, /dev/shm) and
+  forks a child;
+- the child reads the body (the source or argv, stdin and files) itself, writes the files, tells
+  this process it has read it, takes a session of its own, the request's rlimits, stdin from a memfd
+  and stdout and stderr to the two pipes the host reads (never this process), and runs the source
+  as `__main__` (or execs the argv);
+- until the child exits, the deadline passes or the host sends a stop frame (output past its cap),
+  this process waits; then it kills what is left in the sandbox's pid namespace (it is its pid 1, so
+  double-forked daemons come back to it), removes SysV IPC objects and POSIX message queues, empties
+  the directories again, and answers {"exit", "signal", "why", "clean", "read"}.
 
-As the namespace's init it cannot be signalled from inside (the kernel drops those signals), and
-it makes itself non-dumpable, so a child (same uid) cannot ptrace it or open its /proc files.
+So no program's source, input or output ever passes through this process's memory, and each
+child starts from the same pristine state. The namespace's init ignores every signal (the kernel
+then drops what a program sends it), and it makes itself non-dumpable, so a child (same uid)
+cannot ptrace it or open its /proc files.
 """
 
 import atexit
 import builtins
 import ctypes
+import fcntl
 import io
 import json
 import linecache
@@ -37,7 +42,10 @@ import types
 WORKDIR = "/sandbox"
 PROGRAM = "/program/main.py"
 PRIVATE = (WORKDIR, "/tmp", "/dev/shm")
-IN_FD, OUT_FD = 10, 11  # the control channel, moved off 0 and 1
+# Moved to numbers of their own at start: the control channel (given as 0 and 1) and the write ends
+# of the pipes the host reads the program's output from (given by number in argv).
+IN_FD, OUT_FD, STDOUT_FD, STDERR_FD = 100, 101, 102, 103
+MQUEUE = "/dev/mqueue"
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 IPC_RMID = 0
 KEPT = {}  # private directory -> the paths bubblewrap made in it (filled at start)
@@ -56,7 +64,7 @@ def recv():
 def _read_exact(n):
     chunks, left = [], n
     while left:
-        chunk = os.read(IN_FD, left)
+        chunk = os.read(IN_FD, min(left, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
@@ -71,18 +79,63 @@ def send(obj):
         view = view[os.write(OUT_FD, view) :]
 
 
-def _remove(path):
-    """Remove a file or a tree the program made, whatever modes it set on it."""
+def remove_at(top, name):
+    """Remove `name` in the directory open as `top`, however deep its tree and whatever modes the
+    program set: one directory open at a time (no path is ever longer than a name), climbing back
+    up through "..", never following a symbolic link."""
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, stat.S_IRWXU)
-            for entry in os.listdir(path):
-                _remove(os.path.join(path, entry))
-            os.rmdir(path)
-        else:
-            os.unlink(path)
+        if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+            os.unlink(name, dir_fd=top)
+            return
+        os.chmod(name, stat.S_IRWXU, dir_fd=top)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
     except OSError:
-        pass
+        return
+    depth = 0
+    while True:
+        sub = _clear_files(fd)
+        if sub is not None:
+            try:
+                os.chmod(sub, stat.S_IRWXU, dir_fd=fd)
+                below = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                os.close(fd)
+                return
+            os.close(fd)
+            fd, depth = below, depth + 1
+            continue
+        inode = os.fstat(fd).st_ino
+        if depth == 0:
+            os.close(fd)
+            try:
+                os.rmdir(name, dir_fd=top)
+            except OSError:
+                pass
+            return
+        above = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd, depth = above, depth - 1
+        with os.scandir(fd) as entries:
+            emptied = next((e.name for e in entries if e.inode() == inode), None)
+        if emptied is not None:
+            try:
+                os.rmdir(emptied, dir_fd=fd)
+            except OSError:
+                os.close(fd)
+                return
+
+
+def _clear_files(fd):
+    """Unlink every entry of the directory `fd` that is not a directory; the first directory's name, or None."""
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                return entry.name
+            try:
+                os.unlink(entry.name, dir_fd=fd)
+            except OSError:
+                pass
+    return None
 
 
 def _keep(place):
@@ -100,13 +153,17 @@ def _keep(place):
 def _empty(place, kept):
     """Remove what a program left in `place`, keeping bubblewrap's own entries; True when only those remain."""
     clean = True
-    for entry in os.listdir(place):
-        path = os.path.join(place, entry)
-        if path not in kept:
-            _remove(path)
-            clean = clean and not os.path.lexists(path)
-        elif os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
-            clean = _empty(path, kept) and clean
+    fd = os.open(place, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for entry in os.listdir(fd):
+            path = os.path.join(place, entry)
+            if path not in kept:
+                remove_at(fd, entry)
+                clean = clean and not os.path.lexists(path)
+            elif os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
+                clean = _empty(path, kept) and clean
+    finally:
+        os.close(fd)
     return clean
 
 
@@ -135,6 +192,19 @@ def clear_ipc():
             continue
         for line in lines:
             remove(int(line.split()[1]))
+
+
+def clear_mqueues():
+    """Remove the POSIX message queues an execution made (the sandbox's own mqueue mount lists them)."""
+    try:
+        for name in os.listdir(MQUEUE):
+            try:
+                os.unlink(os.path.join(MQUEUE, name))
+            except OSError:
+                pass
+        return not os.listdir(MQUEUE)
+    except OSError:
+        return True  # no mqueue mount: message queues cannot be named, nor listed
 
 
 def others():
@@ -238,10 +308,41 @@ def _exit_code(value):
     return 1
 
 
-def child(req, stdin, out_w, err_w):
-    """In the forked child: isolate, limit, run; never returns."""
-    code = 1
+def restore_signals():
+    """A fresh interpreter's dispositions: default for all, Python's own for SIGINT, SIGPIPE, SIGXFSZ."""
+    for sig in signal.valid_signals():
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for ignored in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(ignored, signal.SIG_IGN)
+
+
+def ignore_signals():
+    """Every signal this process can ignore is ignored (SIGCHLD stays: ignoring it would reap children)."""
+    for sig in signal.valid_signals():
+        if sig != signal.SIGCHLD:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (OSError, ValueError, RuntimeError):
+                pass
+
+
+def child(header, ack):
+    """In the forked child: read the body, set up, limit, run; never returns."""
+    code = 127
+    argv = None
     try:
+        body = _read_exact(header["body"])
+        req = json.loads(body) if body is not None else {}
+        argv = req.get("argv")
+        write_files(req.get("files") or {})
+        stdin = stdin_fd(req.get("stdin") or "")
+        os.write(ack, b"k")
+        os.close(ack)
+        restore_signals()
         os.setsid()
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc stays readable to itself
         try:
@@ -249,33 +350,31 @@ def child(req, stdin, out_w, err_w):
                 f.write("1000")  # the memory cgroup's OOM killer takes the program, not the executor
         except OSError:
             pass
-        for fd, target in ((stdin, 0), (out_w, 1), (err_w, 2)):
+        for fd, target in ((stdin, 0), (STDOUT_FD, 1), (STDERR_FD, 2)):
             os.dup2(fd, target)
         os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        set_limits(req)
+        set_limits(header)
         os.chdir(WORKDIR)
-        if req.get("argv"):
-            os.execvpe(req["argv"][0], req["argv"], dict(os.environ))
+        if argv:
+            os.execvpe(argv[0], argv, dict(os.environ))
         code = run_source(req["source"])
     except BaseException as exc:  # noqa: BLE001 - an exec that failed, a limit that could not be set
         try:
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
         except OSError:
             pass
-        code = 127 if req.get("argv") else 1
+        code = 127 if argv else 1
     os._exit(code)
 
 
-def pump(pid, out_r, err_r, deadline, cap):
-    """Read stdout and stderr until the child exits (then what is left), the deadline, or the cap."""
-    bufs = {out_r: bytearray(), err_r: bytearray()}
-    for fd in bufs:
-        os.set_blocking(fd, False)
+def wait_for(pid, ack, deadline):
+    """Wait for the child to exit; (why it was stopped early or None, whether it read its body)."""
     pidfd = os.pidfd_open(pid)
+    read = False
     why = None
     with selectors.DefaultSelector() as selector:
-        for fd in (out_r, err_r, pidfd):
-            selector.register(fd, selectors.EVENT_READ)
+        selector.register(pidfd, selectors.EVENT_READ)
+        selector.register(ack, selectors.EVENT_READ)
         exited = False
         while not exited and why is None:
             left = deadline - time.monotonic()
@@ -285,78 +384,73 @@ def pump(pid, out_r, err_r, deadline, cap):
             for key, _ in selector.select(left):
                 if key.fd == pidfd:
                     exited = True
-                    continue
-                why = why or _drain(key.fd, bufs[key.fd], cap, selector)
-        if exited and why is None:
-            for fd in bufs:
-                why = why or _drain(fd, bufs[fd], cap, None)
+                elif key.fd == ack:
+                    read = os.read(ack, 1) == b"k"
+                    selector.unregister(ack)
+                    if read:  # the body is consumed: what comes on the channel now is the host's
+                        selector.register(IN_FD, selectors.EVENT_READ)
+                elif key.fd == IN_FD:
+                    frame = recv()
+                    why = "output_limit" if frame is not None else "host_gone"
     os.close(pidfd)
-    return bytes(bufs[out_r][:cap]), bytes(bufs[err_r][:cap]), why
+    return why, read
 
 
-def _drain(fd, buf, cap, selector):
-    try:
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                if selector is not None:
-                    selector.unregister(fd)
-                return None
-            buf += chunk
-            if len(buf) > cap:
-                return "output_limit"
-    except BlockingIOError:
-        return None
-
-
-def execute(req):
+def execute(header):
     began = time.monotonic()
     clean = wipe()
-    write_files(req.get("files") or {})
-    stdin = stdin_fd(req.get("stdin") or "")
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    ack_r, ack_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        child(req, stdin, out_w, err_w)
-    for fd in (stdin, out_w, err_w):
-        os.close(fd)
-    out, err, why = pump(pid, out_r, err_r, began + req["wall_s"], req["output_bytes"])
+        os.close(ack_r)
+        child(header, ack_w)
+    os.close(ack_w)
+    why, read = wait_for(pid, ack_r, began + header["wall_s"])
+    os.close(ack_r)
     if why is not None:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     _, status = os.waitpid(pid, 0)
-    os.close(out_r)
-    os.close(err_r)
     swept = sweep()
     clear_ipc()
-    clean = wipe() and clean and swept
+    queues = clear_mqueues()
+    clean = wipe() and clean and swept and queues
     return {
         "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "why": why,
-        "stdout": out.decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
         "clean": clean,
+        "read": read,
     }
 
 
 def main():
+    ignore_signals()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come back here even when not pid 1
-    os.dup2(0, IN_FD)
-    os.dup2(1, OUT_FD)
+    given = (0, 1, *map(int, sys.argv[1:3]))
+    copies = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 200) for fd in given]  # clear of every target
+    for fd in given[2:]:
+        os.close(fd)
+    for copy, kept in zip(copies, (IN_FD, OUT_FD, STDOUT_FD, STDERR_FD), strict=True):
+        os.dup2(copy, kept, inheritable=False)
+        os.close(copy)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     sys.stdout.flush()
     KEPT.update({place: _keep(place) for place in PRIVATE})
-    send({"ready": True, "clean": wipe()})
-    while (req := recv()) is not None:
-        send(execute(req))
+    send({"ready": True, "clean": wipe() and clear_mqueues()})
+    while (header := recv()) is not None:
+        if header.get("stop"):
+            continue  # a stop that arrived after its execution had ended
+        answer = execute(header)
+        send(answer)
+        if not answer["read"]:
+            return  # the channel may hold the rest of a body: the host replaces this sandbox
 
 
 if __name__ == "__main__":

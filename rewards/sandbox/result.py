@@ -27,8 +27,12 @@ class SandboxLimits:
     open_files: int = 64  # RLIMIT_NOFILE
     output_bytes: int = 65536  # per stream; more is `output_limit`
     disk_mb: int = 64  # size of each private tmpfs (the work directory, /tmp, /dev/shm)
+    process_limit: str = "auto"  # how `processes` binds: auto, cgroup_v1, cgroup_v2 or uid (process_limit.py)
 
     def __post_init__(self) -> None:
+        from rewards.sandbox.process_limit import check_method
+
+        check_method(self.process_limit)
         for name in ("wall_s", "cpu_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
@@ -50,6 +54,9 @@ class SandboxResult:
     stderr: str
     seconds: float  # wall clock of the whole execution, sandbox start and clean-up included
     detail: str = ""  # one line: why, for a status other than ok
+    process_limit: str = (
+        ""  # how its processes were capped: cgroup_v1, cgroup_v2 or uid ("" when never started)
+    )
 
     @property
     def ok(self) -> bool:

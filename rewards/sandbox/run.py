@@ -1,4 +1,4 @@
-"""Run untrusted code once, in bubblewrap, inside its own cgroups, and say what became of it.
+"""Run untrusted code once, in bubblewrap, its processes capped, and say what became of it.
 
 Every outcome of the program is a status (`result.py`); only a caller's mistake (a file name that
 leaves the work directory, limits of the wrong type) raises. A failure of the machinery itself is
@@ -18,8 +18,8 @@ import time
 import warnings
 
 from rewards.sandbox import bwrap as cmd
-from rewards.sandbox.cgroup import ExecutionCgroups
 from rewards.sandbox.outcome import classify, error_result
+from rewards.sandbox.process_limit import Confinement, resolve
 from rewards.sandbox.result import (
     OK,
     OUTPUT_LIMIT,
@@ -28,10 +28,12 @@ from rewards.sandbox.result import (
     SandboxLimits,
     SandboxResult,
 )
+from rewards.sandbox.seccomp import compiled_filter, seccomp_unavailable_reason
 
 DEFAULT_LIMITS = SandboxLimits()
+KILL_GRACE_S = 2.0  # after the sandbox's processes are killed, bubblewrap has this long to end by itself
 _reason_lock = threading.Lock()
-_reason: list[str | None] = []  # filled once per process by the probe
+_reason: dict[str, str | None] = {}  # process_limit -> why no sandbox works (None: it does), once per process
 _warm_works: list[bool] = []  # filled once per process by warm_sandboxes_work
 
 
@@ -87,21 +89,25 @@ def _input_fds(
 
 
 def _wait_for(
-    proc: subprocess.Popen, cgroups: ExecutionCgroups, started: float, limits: SandboxLimits
+    proc: subprocess.Popen, confinement: Confinement, started: float, limits: SandboxLimits
 ) -> tuple[bytes, bytes, str | None, int]:
-    """The program's output and exit status; killed (all its cgroup) at the deadline or past the
-    output cap, which is then the reason returned."""
+    """The program's output and exit status; killed (all of the sandbox) at the deadline or past
+    the output cap, which is then the reason returned."""
     out, err, why = _pump(proc, started + limits.wall_s, limits.output_bytes)
     if why is not None:
-        cgroups.kill()
-        proc.kill()
+        confinement.kill()  # bubblewrap then ends by itself, its namespace emptied
     try:
-        rc = proc.wait(timeout=max(0.05, started + limits.wall_s - time.monotonic()))
+        rc = proc.wait(
+            timeout=max(0.05, started + limits.wall_s - time.monotonic()) + (KILL_GRACE_S if why else 0)
+        )
     except subprocess.TimeoutExpired:
         why = TIMEOUT
-        cgroups.kill()
-        proc.kill()
-        rc = proc.wait()
+        confinement.kill()
+        try:
+            rc = proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
     return out, err, why, rc
 
 
@@ -116,56 +122,72 @@ def _execute(
     probe: bool = False,
 ) -> SandboxResult:
     started = time.monotonic()
-    if not probe and (reason := sandbox_unavailable_reason()) is not None:
+    if not probe and (reason := sandbox_unavailable_reason(limits.process_limit)) is not None:
         return error_result(started, reason)
     for name in files or {}:
         cmd.check_file_name(name)
+    method, reason = resolve(limits.process_limit)
+    if method is None:
+        return error_result(started, reason)
     fds: list[int] = []
-    cgroups: ExecutionCgroups | None = None
+    confinement: Confinement | None = None
     proc: subprocess.Popen | None = None
     try:
-        cgroups = ExecutionCgroups(processes=limits.processes, memory_mb=limits.memory_mb)
+        # bwrap and its init run as root outside the slot's uid: 2 of the processes are theirs.
+        confinement = Confinement(
+            method, processes=limits.processes, memory_mb=limits.memory_mb, outside_processes=2
+        )
         file_fds, program_fd, stdin_fd = _input_fds(files, program, stdin, fds)
         status_r, status_w = os.pipe()
         fds += [status_r, status_w]
-        argv = cmd.bwrap_argv(
-            cmd.tool("bwrap"),
-            command,
+        fds.append(cmd.memfd("seccomp", compiled_filter()))
+        options = cmd.bwrap_options(
             limits=limits,
             python=python,
             status_fd=status_w,
             files=file_fds,
             program_fd=program_fd,
-            address_space_mb=cgroups.address_space_mb(limits.memory_mb),
+            seccomp_fd=fds[-1],
+            slot_uid=confinement.slot_uid,
         )
+        fds.append(cmd.options_fd(options))
+        limited = [*cmd.prlimit_argv(limits, confinement.address_space_mb(limits.memory_mb)), "--", *command]
+        argv = cmd.bwrap_argv(cmd.tool("bwrap"), fds[-1], limited, confinement.slot_uid)
+        passed = [fd for fd in fds if fd not in (status_r, stdin_fd)]
         proc = subprocess.Popen(
-            cmd.launcher_argv(cgroups.procs_files, argv),
+            cmd.launcher_argv(confinement.procs_files, confinement.nproc, argv),
             stdin=stdin_fd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=cmd.LAUNCHER_ENV,
             close_fds=True,
-            pass_fds=[status_w, *file_fds.values(), *([program_fd] if program_fd is not None else [])],
+            pass_fds=passed,
         )
         for fd in [fd for fd in fds if fd != status_r]:  # the child holds its own copies now
             os.close(fd)
         fds = [status_r]
-        out, err, why, rc = _wait_for(proc, cgroups, started, limits)
-        status, oom, stderr = _status_text(status_r), cgroups.oom_kills(), err.decode("utf-8", "replace")
+        out, err, why, rc = _wait_for(proc, confinement, started, limits)
+        status, oom, stderr = _status_text(status_r), confinement.oom_kills(), err.decode("utf-8", "replace")
         code, exit_code, detail = classify(rc, why, '"child-pid"' in status, oom, stderr, limits)
-        if not cgroups.close():
-            code, detail = SANDBOX_ERROR, "a process of the execution could not be removed from its cgroup"
-        cgroups = None
+        if not confinement.close(settled=proc.returncode is not None and proc.returncode >= 0):
+            code, detail = SANDBOX_ERROR, "a process of the execution could not be removed from the host"
+        confinement = None
         return SandboxResult(
-            code, exit_code, out.decode("utf-8", "replace"), stderr, time.monotonic() - started, detail
+            code,
+            exit_code,
+            out.decode("utf-8", "replace"),
+            stderr,
+            time.monotonic() - started,
+            detail,
+            method,
         )
     except OSError as exc:
         return error_result(started, f"{type(exc).__name__}: {exc}")
     finally:
-        _release(proc, fds, cgroups)
+        _release(proc, fds, confinement)
 
 
-def _release(proc: subprocess.Popen | None, fds: list[int], cgroups: ExecutionCgroups | None) -> None:
+def _release(proc: subprocess.Popen | None, fds: list[int], confinement: Confinement | None) -> None:
     """Whatever an execution still holds when it ends, however it ends."""
     if proc is not None and proc.poll() is None:
         proc.kill()
@@ -174,14 +196,14 @@ def _release(proc: subprocess.Popen | None, fds: list[int], cgroups: ExecutionCg
         stream.close()
     for fd in fds:
         os.close(fd)
-    if cgroups is not None:
-        cgroups.close()
+    if confinement is not None:
+        confinement.close()
 
 
 def _warm(request: dict, files: dict[str, str] | None, limits: SandboxLimits, python: str) -> SandboxResult:
     """A child of a warm sandbox; a fresh sandbox where warm ones do not work here (checked once)."""
     started = time.monotonic()
-    if (reason := sandbox_unavailable_reason()) is not None:
+    if (reason := sandbox_unavailable_reason(limits.process_limit)) is not None:
         return error_result(started, reason)
     for name in files or {}:
         cmd.check_file_name(name)
@@ -284,27 +306,37 @@ async def run_python_async(
     )
 
 
-def sandbox_unavailable_reason() -> str | None:
-    """None when bubblewrap and the pids cgroup work here (checked once per process by running
-    `true` in a sandbox); otherwise one line saying what is missing."""
+def sandbox_unavailable_reason(process_limit: str = "auto") -> str | None:
+    """None when bubblewrap, the seccomp filter and a way to cap processes (`process_limit`) work
+    here (checked once per process and method by running `true` in a sandbox); otherwise one line
+    saying what is missing."""
     with _reason_lock:
-        if not _reason:
-            _reason.append(_probe())
-        return _reason[0]
+        if process_limit not in _reason:
+            _reason[process_limit] = _probe(process_limit)
+        return _reason[process_limit]
 
 
-def _probe() -> str | None:
+def process_limit_in_use(process_limit: str = "auto") -> str | None:
+    """The method that caps processes here for `process_limit` (auto resolved), None where none does."""
+    return resolve(process_limit)[0]
+
+
+def _probe(process_limit: str) -> str | None:
     if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin") is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
-    if not os.path.exists("/usr/bin/prlimit"):
-        return "/usr/bin/prlimit is missing (apt-get install util-linux)"
-    if not os.access("/sys/fs/cgroup/pids", os.W_OK):
-        return "no writable cgroup v1 pids controller at /sys/fs/cgroup/pids (needed to cap processes)"
+    for tool in ("/usr/bin/prlimit", "/usr/bin/setpriv"):
+        if not os.path.exists(tool):
+            return f"{tool} is missing (apt-get install util-linux)"
+    if (reason := seccomp_unavailable_reason()) is not None:
+        return reason
+    method, reason = resolve(process_limit)
+    if method is None:
+        return reason
     result = _execute(
         ["/usr/bin/true"],
         stdin="",
         files=None,
-        limits=SandboxLimits(wall_s=10.0),
+        limits=SandboxLimits(wall_s=10.0, process_limit=process_limit),
         program=None,
         python=sys.executable,
         probe=True,

@@ -111,7 +111,7 @@ def test_a_missing_sandbox_is_a_sandbox_error_not_an_exception():
     from rewards.sandbox import run as run_module
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_module, "sandbox_unavailable_reason", lambda: "bubblewrap is not installed")
+        patch.setattr(run_module, "sandbox_unavailable_reason", lambda *method: "bubblewrap is not installed")
         result = run_python("print(1)")
     assert (result.status, result.detail) == ("sandbox_error", "bubblewrap is not installed")
 

@@ -65,7 +65,9 @@ def test_processes_and_sysv_ipc_an_execution_leaves_are_gone_before_its_result()
     )
     assert run_python(daemon).stdout == "True True\n"
     sandbox = the_sandbox()
-    assert len(members(sandbox.cgroups.pids)) == 2  # bwrap and the executor (pid 1 inside): nothing else
+    assert (
+        len(members(sandbox.confinement.cgroups.pids)) == 2
+    )  # bwrap and the executor (pid 1 inside): nothing else
     after = run_python(
         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "print(sorted(p for p in os.listdir('/proc') if p.isdigit()) == sorted(['1', str(os.getpid())]), "
@@ -103,7 +105,10 @@ def test_an_executor_killed_from_outside_mid_execution_is_killed_and_replaced():
 
     assert run_python("print(1)").ok
     sandbox = the_sandbox()
-    argv = {p: Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in members(sandbox.cgroups.pids)}
+    argv = {
+        p: Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+        for p in members(sandbox.confinement.cgroups.pids)
+    }
     executor = [p for p, args in argv.items() if args[1] == b"/program/executor.py"]
     assert len(executor) == 1
     threading.Timer(0.3, os.kill, (executor[0], signal.SIGKILL)).start()
