@@ -3,7 +3,10 @@
 One object per process. Under torch.distributed with more than one rank it wraps the model in
 DDP itself; each rank then takes its contiguous share of a step's pairs (`trainer.distributed.shard`)
 and loss normalisers are summed over ranks, so W ranks x B/W pairs make the same update as one
-rank x B pairs. Sampling and evaluation use the unwrapped module.
+rank x B pairs. It owns its collaborators, each built from what it reads: `sampler` (the in-process
+`Sampler`: decoding with the unwrapped module), `rollouts` (a GRPO step's samples handed to the
+rewards: `trainer.rollouts`) and `evaluator` (held-out decoding and scoring: `trainer.evaluator`);
+they read the step counts from the trainer's `progress`, and none of them imports the engine.
 
 Host syncs: each step moves its metrics to the host once (`DeviceMetrics.to_host`). Timings need
 the device to have finished a phase, so on CUDA a GRPO step synchronises at its phase boundaries
@@ -27,7 +30,7 @@ from trainer.attention_backend import configure_attention, configure_policy_atte
 from trainer.compile import maybe_compile
 from trainer.config import TrainerConfig
 from trainer.distributed import all_reduce_sum, gather_json, rank_and_world, reduce_on, shard
-from trainer.eval_decoding import evaluate_pairs
+from trainer.evaluator import Evaluator
 from trainer.grpo.dynamic import Batch, fill_batch
 from trainer.grpo.episode_rewards import own_env_metrics
 from trainer.grpo.reward_source import Rewards, RewardSource
@@ -42,18 +45,11 @@ from trainer.optim import GuardedOptimizer
 from trainer.policy import Policy, Reference, build_policy
 from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, agreed_precision, configure_tf32, decoding_precision
+from trainer.progress import Progress
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
-from trainer.rollouts import (
-    completion_texts,
-    play_episode_chunks,
-    recorded_texts,
-    reward_token_ids_of,
-    sample_pairs,
-)
-from trainer.sampling.decode_threads import DecodeThreads, time_decode_threads
-from trainer.sampling.episodes import (
-    EpisodeHost,
-)
+from trainer.rollouts import Rollouts
+from trainer.sampling.episodes import EpisodeHost
+from trainer.sampling.in_process import InProcessSampler
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sft import build_sft_batch, sft_loss_sum
@@ -90,9 +86,6 @@ class Trainer:
         self.device = _resolve_device(device)
         self.policy = policy if policy is not None else build_policy(cfg, tokenizer)
         self.tokenizer = self.policy.tokenizer
-        self.stop = tuple(stop)
-        self.episodes = episodes
-        self.reward_token_ids = reward_token_ids
         self.rank, self.world = rank_and_world()
         configure_tf32(cfg.precision, self.device)
         configure_attention(self.device)
@@ -113,13 +106,28 @@ class Trainer:
             wrapped, device=self.device, enabled=cfg.model.compile, what="the training forward", dynamic=True
         )
         self._reference: Reference | None = None  # built at the first GRPO step when grpo.beta > 0
-        self.sample_generator = torch.Generator(device=self.device)
-        self.sampling_threads: int | None = None  # torch threads while decoding; None: as set for the process
-        self.fixed_length = False  # benchmarks: every row decodes max_new_tokens, EOS ignored (equal work)
         self.record_groups = 0  # the next GRPO step returns its first N groups' rows as "rollouts"
         self.optimizers: dict[str, GuardedOptimizer] = {}
-        self.sft_steps = 0
-        self.grpo_steps = 0
+        self.progress = Progress()
+        self.sampler = InProcessSampler(
+            self.policy, cfg.sampling, self.sampling_precision, cfg.seed, self.device,
+            stop=stop, episodes=episodes, reward_token_ids=reward_token_ids,
+        )  # fmt: skip
+        self.rollouts = Rollouts(self.sampler, cfg.sampling, self.progress)
+        self.evaluator = Evaluator(self.sampler, cfg, self.progress)
+
+    @property
+    def sft_steps(self) -> int:
+        return self.progress.sft_steps
+
+    @property
+    def grpo_steps(self) -> int:
+        return self.progress.grpo_steps
+
+    @property
+    def episodes(self) -> EpisodeHost | None:
+        """Where an environment task's episodes run (the sampler's); None for a single-turn task."""
+        return self.sampler.episodes
 
     # ----------------------------------------------------------------- building blocks
     def optimizer(self, phase: str) -> GuardedOptimizer:
@@ -186,7 +194,7 @@ class Trainer:
         loss = loss_sum * (self.world / total_tokens)  # DDP averages gradients over ranks
         self.precision.backward(loss)
         result = opt.step(loss)
-        self.sft_steps += 1
+        self.progress.sft_steps += 1
         m = DeviceMetrics()
         m.add("loss", all_reduce_sum(loss_sum.detach().clone()) / total_tokens)
         m.add("grad_norm", result.grad_norm)
@@ -200,22 +208,6 @@ class Trainer:
         return host
 
     # ----------------------------------------------------------------- GRPO
-    # a step's samples, decoded or played as episodes and handed to the rewards (trainer.rollouts)
-    sample = sample_pairs
-    play_episodes = play_episode_chunks
-    completions = completion_texts
-    _texts = recorded_texts
-    token_ids_for_rewards = reward_token_ids_of
-
-    def time_sampling_threads(self, prompt: str, candidates: Sequence[int]) -> DecodeThreads:
-        """Time a short greedy decode of `prompt` under each thread count, and sample with the
-        fastest from now on (`trainer.sampling.decode_threads`)."""
-        ids = self.tokenizer.encode_prompt(prompt)
-        with self.sampling_precision.autocast():
-            chosen = time_decode_threads(self.policy, ids, self.cfg.sampling, candidates)
-        self.sampling_threads = chosen.threads
-        return chosen
-
     def reference_logprobs(self, rollouts: Sequence[Rollout]) -> list[Tensor] | None:
         """Log-probs `[N, L]` of each rollout under the reference model; None when beta = 0.
 
@@ -279,11 +271,12 @@ class Trainer:
         """This rank's share of `pairs` sampled, referenced and scored (prompt numbers from `offset`)."""
         local = self.local_share(pairs)
         with timer.phase("sample_s"):
-            rollouts, tickets = self.sample(local, rewards, first_index=offset + self.rank * len(local))
+            first = offset + self.rank * len(local)
+            rollouts, tickets = self.rollouts.sample(local, rewards, first_index=first)
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
             ref_logprobs = self.reference_logprobs(rollouts)
         with timer.phase("reward_wait_s", sync=False):
-            scored = Rewards.concat(tickets) if self.episodes is not None else rewards.collect(tickets)
+            scored = self.rollouts.collect(rewards, tickets)
         return Batch(rollouts, scored, ref_logprobs, [p.prompt for p in local])
 
     def update_context(self) -> UpdateContext:
@@ -333,7 +326,8 @@ class Trainer:
         shaped, sel = self._selection(rollouts, scored, ref_logprobs)
         rows = None  # read before the update, as sampled (`record_groups`)
         if self.record_groups and prompts:
-            rows = rollout_rows(rollouts, prompts, scored, shaped, sel, self.record_groups, self._texts)
+            texts = self.sampler.recorded_texts
+            rows = rollout_rows(rollouts, prompts, scored, shaped, sel, self.record_groups, texts)
         in_loss = ((sel.row_weight > 0) | (sel.kl_weight > 0)).sum().reshape(1).float()
         kept_rows = float(reduce_on(in_loss, self.device)[0])
         loss_ref = ref_logprobs if cfg.kl_placement == "loss" else None
@@ -348,7 +342,7 @@ class Trainer:
             m.add("empty_update", float(kept_rows == 0))
             m.add("tokens", sum(r.completion_mask.sum() for r in rollouts))
             host = self._finish(m, opt)
-        self.grpo_steps += 1
+        self.progress.grpo_steps += 1
         gather = functools.partial(gather_json, device=self.device)  # [sums] alone at world size 1
         sums = step_sums(shaped, sel, scored, self.cfg.sampling.group_size, gather)
         if kept_rows == 0:
@@ -358,9 +352,6 @@ class Trainer:
         if rows is not None:
             host["rollouts"] = rows
         return host
-
-    # ----------------------------------------------------------------- evaluation
-    evaluate = evaluate_pairs  # held-out pairs decoded and scored on this rank (trainer.eval_decoding)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -390,6 +381,6 @@ class Trainer:
         for name, opt_state in state["optimizers"].items():
             self.optimizer(name).load_state_dict(opt_state)
         self.precision.load_state_dict(state["precision"])
-        self.sft_steps = int(state["counters"]["sft_steps"])
-        self.grpo_steps = int(state["counters"]["grpo_steps"])
+        self.progress.sft_steps = int(state["counters"]["sft_steps"])
+        self.progress.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)

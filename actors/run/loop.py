@@ -334,7 +334,7 @@ class WorkerLoop:
             return
         began = time.perf_counter()
         pool = self.pool() if self.trainer.episodes is None else None  # episodes score themselves
-        result = self.trainer.evaluate(
+        result = self.trainer.evaluator.evaluate(
             self.spec.eval_pairs,
             lambda completions, targets, fields=None: pool.score(completions, targets, fields),
             n_samples=self.spec.eval_samples,

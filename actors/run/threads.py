@@ -53,7 +53,7 @@ def decode_step_flop(trainer: Trainer) -> float:
 def choose_sampling_threads(
     trainer: Trainer, setting: int | str | None, prompt: str | None
 ) -> dict[str, Any]:
-    """Set `trainer.sampling_threads` and return what runtime.json records about it.
+    """Set `trainer.sampler.threads` and return what runtime.json records about it.
 
     setting: a count; "auto": timed on the trainer's own policy with `prompt`
     (`trainer.sampling.decode_threads`: often faster, but the choice, and with it the last digits of
@@ -64,7 +64,7 @@ def choose_sampling_threads(
     """
     threads = torch.get_num_threads()
     if isinstance(setting, int):
-        trainer.sampling_threads = setting
+        trainer.sampler.threads = setting
         return {"sampling_threads": setting, "sampling_threads_from": "scaling.sampling_threads"}
     if trainer.device.type != "cpu" or threads == 1:
         why = "not CPU" if trainer.device.type != "cpu" else "one torch thread"
@@ -72,14 +72,14 @@ def choose_sampling_threads(
     if setting == "auto":
         if not prompt:
             raise ValueError("scaling.sampling_threads=auto times a decode of a prompt, and there is none")
-        chosen = trainer.time_sampling_threads(prompt, thread_candidates(threads))
+        chosen = trainer.sampler.time_threads(prompt, thread_candidates(threads))
         return {**chosen.record(), "sampling_threads_from": "timed at start (auto)"}
     if setting is not None:
         raise ValueError(f"sampling_threads must be a count, 'auto' or None, got {setting!r}")
     flop = decode_step_flop(trainer)
     passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
     if passive and flop < SMALL_DECODE_FLOP:
-        trainer.sampling_threads = 1
+        trainer.sampler.threads = 1
         why = f"rule: decode step {flop / 1e6:.0f} MFLOP < {SMALL_DECODE_FLOP / 1e6:.0f}, passive wait"
         return {"sampling_threads": 1, "sampling_threads_from": why}
     why = f"rule: decode step {flop / 1e6:.0f} MFLOP" if passive else "rule: OpenMP threads not passive"

@@ -145,7 +145,7 @@ def bench_env(plan: EnvPlan) -> dict[str, Any]:
         for round_index in range(plan.rounds):
             keys = sorted(hosts) if round_index % 2 == 0 else sorted(hosts, reverse=True)
             for key in keys:
-                trainer.episodes = hosts[key]
+                trainer.sampler.episodes = hosts[key]
                 runs.setdefault(key, []).extend(_row(trainer, start, plan))
     finally:
         for pool in pools.values():

@@ -99,14 +99,15 @@ class RolloutLog:
     def __init__(self, trainer: Trainer) -> None:
         self.eos_id = trainer.tokenizer.eos_id
         self.rollouts: list[Rollout] = []
-        sample = trainer.sample
+        sample = trainer.rollouts.sample
 
         def observed(pairs: Sequence[Any], rewards: Any, **kwargs: Any) -> tuple[list[Rollout], list[Any]]:
             rollouts, tickets = sample(pairs, rewards, **kwargs)
             self.rollouts += rollouts
             return rollouts, tickets
 
-        trainer.sample = observed  # an instance attribute: grpo_step's self.sample finds it first
+        # an instance attribute: grpo_step's rollouts.sample finds it first
+        trainer.rollouts.sample = observed
 
     def clear(self) -> None:
         self.rollouts = []
@@ -240,7 +241,7 @@ def run_trial(
         use_legacy_logprobs()
     cfg = TrainerConfig.model_validate(trainer_cfg)
     trainer = Trainer(cfg, CHESS_TOKENIZER, device=device)
-    trainer.fixed_length = fixed_length
+    trainer.sampler.fixed_length = fixed_length
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights, map_location=trainer.device))
     source, pool = _open_rewards(rewards, pool_cfg, gcs_address, reward)

@@ -97,7 +97,7 @@ def bench_rates(
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as model_dir:
         trainers = {k: v for k, v in _trainers(plan, model_dir).items() if k in policies}
         for trainer in trainers.values():
-            trainer.fixed_length = fixed_length
+            trainer.sampler.fixed_length = fixed_length
         for i in range(plan.warmup + plan.steps):
             for name, trainer in trainers.items():
                 m = trainer.grpo_step(pairs, rewards)

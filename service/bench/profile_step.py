@@ -61,7 +61,7 @@ def profile_steps(
     trainer = Trainer(TrainerConfig.model_validate(cfg), CHESS_TOKENIZER)
     if init_weights:
         trainer.model.load_state_dict(torch.load(init_weights))
-    trainer.sample = _labelled(trainer.sample, PHASES[0])
+    trainer.rollouts.sample = _labelled(trainer.rollouts.sample, PHASES[0])
     trainer.reference_logprobs = _labelled(trainer.reference_logprobs, PHASES[1])
     trainer.grpo_update = _labelled(trainer.grpo_update, PHASES[2])
     rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))

@@ -115,11 +115,11 @@ class _KeptTexts:
 
 
 def _sampled_by_the_service_path(trainer: Trainer, prompts: list, rank: int, world: int) -> list[str]:
-    """Every rank's completions of the step's prompts, in prompt order, through `Trainer.sample`
+    """Every rank's completions of the step's prompts, in prompt order, through `Trainer.rollouts`
     as a GRPO step runs it (each rank its share, at its offset in the step)."""
     mine = shard(prompts, rank, world)
     kept = _KeptTexts()
-    trainer.sample(mine, kept, first_index=rank * len(mine))
+    trainer.rollouts.sample(mine, kept, first_index=rank * len(mine))
     if world == 1:
         return kept.texts
     gathered: list = [None] * world

@@ -86,7 +86,7 @@ def _run(rank: int, world: int, out: str) -> None:
     sft = trainer.sft_step(PAIRS)
     sft_grads = _grads(trainer)
     trainer = Trainer(CFG, CHESS_TOKENIZER)  # the GRPO update starts from the same initial weights everywhere
-    trainer.episodes = _OwnAggregate()
+    trainer.sampler.episodes = _OwnAggregate()
     rollouts, values = _rollouts(trainer)
     per = len(rollouts) // world
     mine = slice(rank * per, (rank + 1) * per)  # the same contiguous share as Trainer.local_share

@@ -138,10 +138,10 @@ def test_grpo_raises_mean_reward_of_a_tiny_policy():
 
 def test_evaluate_scores_greedy_completions():
     trainer = Trainer(small_cfg(), CHESS_TOKENIZER)
-    out = trainer.evaluate(PAIRS, char_match, n_samples=2)
+    out = trainer.evaluator.evaluate(PAIRS, char_match, n_samples=2)
     assert set(out) >= {"exact_match", "valid_rate", "reward_mean", "samples"}
     assert out["valid_rate"] is None and out["count"] == 4 and len(out["samples"]) == 2
-    again = trainer.evaluate(PAIRS, _rewards_with_unusable, n_samples=1)
+    again = trainer.evaluator.evaluate(PAIRS, _rewards_with_unusable, n_samples=1)
     assert again["valid_rate"] == 0.75
     assert out["samples"][0]["completion"] == again["samples"][0]["completion"]  # greedy: deterministic
 

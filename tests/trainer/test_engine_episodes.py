@@ -41,7 +41,7 @@ def test_a_grpo_step_of_episodes_reports_them_and_needs_no_reward_source():
 
 def test_an_evaluation_of_episodes_plays_one_greedy_episode_per_pair():
     trainer = _trainer()
-    summary = trainer.evaluate(_pairs(3), score_fn=None, n_samples=2)
+    summary = trainer.evaluator.evaluate(_pairs(3), score_fn=None, n_samples=2)
     assert summary["count"] == 3 and summary["exact_match"] is None
     assert {"success_rate", "turns_mean", "env_errors", "env_step_s", "env_metrics"} <= summary.keys()
     assert [s["prompt"] for s in summary["samples"]] == ["guess 1-16\n"] * 2
@@ -80,7 +80,7 @@ def test_an_environments_own_aggregate_makes_the_steps_and_the_evaluations_env_m
     record = trainer.grpo_step(_pairs(4), rewards=None)
     assert set(record["env_metrics"]) == {"episodes", "most_guesses"}
     assert record["env_metrics"]["episodes"] == 16.0 and 0.0 <= record["env_metrics"]["most_guesses"] <= 6.0
-    summary = trainer.evaluate(_pairs(3), score_fn=None, n_samples=1)
+    summary = trainer.evaluator.evaluate(_pairs(3), score_fn=None, n_samples=1)
     assert summary["env_metrics"]["episodes"] == 3.0
 
 

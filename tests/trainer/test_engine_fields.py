@@ -74,11 +74,11 @@ def test_evaluate_with_fields_no_targets_and_sampled_pass_at_k():
     trainer = Trainer(cfg(eval_k=3), TOK)
     spy = Spy()
     rows = [FieldPair(r.prompt, None, r.fields) for r in ROWS]
-    out = trainer.evaluate(rows, spy, n_samples=1, sample_k=3)
+    out = trainer.evaluator.evaluate(rows, spy, n_samples=1, sample_k=3)
     assert out["exact_match"] is None and out["samples"][0]["target"] is None
     assert {"k", "pass_at_1", "pass_at_k", "mean_at_k"} <= set(out) and out["k"] == 3
     greedy, sampled = spy.calls
     assert greedy[2] == [r.fields for r in rows] and sampled[2] == [r.fields for r in rows for _ in range(3)]
-    again = trainer.evaluate(rows, Spy(), sample_k=3)
+    again = trainer.evaluator.evaluate(rows, Spy(), sample_k=3)
     assert again == {**out, "samples": again["samples"]}  # sampled figures repeat at the same step
     assert 0.0 <= out["pass_at_1"] <= out["pass_at_k"] <= 1.0

@@ -21,14 +21,14 @@ class Recorded:
 def test_each_row_goes_to_the_rewards_with_its_sampled_ids_in_training_and_evaluation():
     seen = Recorded()
     trainer = Trainer(small_cfg(), CHESS_TOKENIZER, reward_token_ids=True)
-    rollouts, _ = trainer.sample(PAIRS, InlineRewards(seen))
+    rollouts, _ = trainer.rollouts.sample(PAIRS, InlineRewards(seen))
     texts = [t for completions, _ in seen.calls for t in completions]
     rows = [f for _, fields in seen.calls for f in fields]
     assert [r[TOKEN_IDS_FIELD] for r in rows] == [i for r in rollouts for i in completion_token_ids(r)]
     assert [CHESS_TOKENIZER.decode(r[TOKEN_IDS_FIELD]) for r in rows] == texts  # the ids of the text scored
     assert all(r[TOKEN_IDS_FIELD] for r in rows)
     seen.calls.clear()
-    trainer.evaluate(PAIRS, seen, sample_k=2)
+    trainer.evaluator.evaluate(PAIRS, seen, sample_k=2)
     (greedy, greedy_rows), (sampled, sampled_rows) = seen.calls
     assert len(greedy_rows) == len(PAIRS) and len(sampled_rows) == 2 * len(PAIRS)
     for completions, fields in seen.calls:
@@ -37,7 +37,7 @@ def test_each_row_goes_to_the_rewards_with_its_sampled_ids_in_training_and_evalu
 
 def test_without_reward_token_ids_nothing_is_added():
     seen = Recorded()
-    Trainer(small_cfg(), CHESS_TOKENIZER).sample(PAIRS, InlineRewards(seen))
+    Trainer(small_cfg(), CHESS_TOKENIZER).rollouts.sample(PAIRS, InlineRewards(seen))
     assert all(fields is None for _, fields in seen.calls)  # plain pairs carry no fields
 
 

@@ -62,17 +62,17 @@ def test_sampling_threads_are_set_timed_or_left_as_they_are():
             "sampling_threads": 3,
             "sampling_threads_from": "scaling.sampling_threads",
         }
-        assert trainer.sampling_threads == 3
+        assert trainer.sampler.threads == 3
         torch.set_num_threads(1)
-        trainer.sampling_threads = None
+        trainer.sampler.threads = None
         for setting in (None, "auto"):
             got = choose_sampling_threads(trainer, setting, "e2e4")
             assert got == {"sampling_threads": 1, "sampling_threads_from": "torch_threads (one torch thread)"}
-            assert trainer.sampling_threads is None
+            assert trainer.sampler.threads is None
         torch.set_num_threads(2)
         got = choose_sampling_threads(trainer, "auto", "e2e4")
         assert got["sampling_threads_from"] == "timed at start (auto)" and got["sampling_threads"] in (1, 2)
-        assert trainer.sampling_threads == got["sampling_threads"]
+        assert trainer.sampler.threads == got["sampling_threads"]
         assert str(got["sampling_threads"]) in got["sampling_threads_ms_per_token"]
         assert set(got["sampling_threads_ms_per_token"]) <= {"1", "2"}
         assert torch.get_num_threads() == 2  # timing restores the process's count
@@ -93,17 +93,17 @@ def test_the_default_rule_gives_one_thread_to_a_small_decode_step_under_the_pass
         torch.set_num_threads(2)
         monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
         got = choose_sampling_threads(small, None, None)
-        assert got["sampling_threads"] == small.sampling_threads == 1
+        assert got["sampling_threads"] == small.sampler.threads == 1
         assert got["sampling_threads_from"].startswith("rule: decode step")
         got = choose_sampling_threads(wide, None, None)
-        assert got["sampling_threads"] == 2 and wide.sampling_threads is None
+        assert got["sampling_threads"] == 2 and wide.sampler.threads is None
         monkeypatch.delenv("OMP_WAIT_POLICY")
-        small.sampling_threads = None
+        small.sampler.threads = None
         got = choose_sampling_threads(small, None, None)  # spinning threads wake for free
         assert got == {
             "sampling_threads": 2,
             "sampling_threads_from": "torch_threads (rule: OpenMP threads not passive)",
         }
-        assert small.sampling_threads is None
+        assert small.sampler.threads is None
     finally:
         torch.set_num_threads(before)

@@ -35,13 +35,13 @@ def test_timing_draws_no_random_numbers_and_restores_the_thread_count():
     pairs = generate_pairs(2, seed=4, min_plies=1, max_plies=3)
     timed, untimed = _trainer(), _trainer()
     before, rng = torch.get_num_threads(), torch.get_rng_state()
-    chosen = timed.time_sampling_threads(pairs[0].prompt, [1, before])
+    chosen = timed.sampler.time_threads(pairs[0].prompt, [1, before])
     assert torch.get_num_threads() == before and torch.equal(torch.get_rng_state(), rng)
-    assert chosen.threads in (1, before) and timed.sampling_threads == chosen.threads
+    assert chosen.threads in (1, before) and timed.sampler.threads == chosen.threads
     assert set(chosen.ms_per_token) == {1, before} and all(v > 0 for v in chosen.ms_per_token.values())
-    timed.sampling_threads = untimed.sampling_threads = 1  # the same numerics for both
-    a, _ = timed.sample(pairs, _NoRewards())
-    b, _ = untimed.sample(pairs, _NoRewards())
+    timed.sampler.threads = untimed.sampler.threads = 1  # the same numerics for both
+    a, _ = timed.rollouts.sample(pairs, _NoRewards())
+    b, _ = untimed.rollouts.sample(pairs, _NoRewards())
     assert torch.equal(a[0].input_ids, b[0].input_ids) and torch.equal(a[0].old_logprobs, b[0].old_logprobs)
 
 

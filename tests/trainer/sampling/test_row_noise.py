@@ -65,7 +65,8 @@ def _tokens(prompts_per_microbatch: int, first: int = 0, n: int = 16) -> list[li
     )
     trainer = Trainer(cfg, CharTokenizer(CHESS_ALPHABET))
     pairs = [Pair(p, "x") for p in PROMPTS[first : first + n]]
-    rollouts, _ = trainer.sample(pairs, InlineRewards(lambda c, t: [0.0] * len(c)), first_index=first)
+    rewards = InlineRewards(lambda c, t: [0.0] * len(c))
+    rollouts, _ = trainer.rollouts.sample(pairs, rewards, first_index=first)
     rows = []
     for r in rollouts:
         for ids, mask in zip(r.completion_ids.tolist(), r.completion_mask.tolist(), strict=True):
