@@ -9,8 +9,10 @@ An item's tests come as its fields, in the shapes code data sets use:
 
 The program is the completion's first fenced python block when it has one, else the whole
 completion. Every run goes through `rewards.sandbox` (own namespaces, no network, limits); nothing
-of a completion ever runs in this process. Assert lines are counted one by one by a small harness
-inside the sandbox; the check function is one test. The reward is the share of tests passed (or
+of a completion ever runs in this process, and no verdict comes from the process that ran it: the
+program only answers the tests' probes (`f(2)`), as plain values, and the tests themselves run in a
+judge that never ran it (`rewards/code_judge.py`). The check function is one test. The reward is
+the share of tests passed (or
 1/0 with all_or_nothing); a run that ends `failed` (the code itself raised), `timeout`, `memory`,
 `output_limit` or `killed` scores 0 with its status kept; `sandbox_error` is no score at all
 (the sandbox could not run it), raised as `SandboxFailure`.
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from rewards.code_judge import Judge, Plan
 from rewards.config import RewardConfig
 from rewards.result import INVALID, OK
 from rewards.scorer import Scorer, ValidityFn
@@ -102,36 +104,6 @@ def program_of(completion: str, prompt: str | None = None, entry_point: str | No
     return code
 
 
-_HARNESS = """\
-import sys
-_g = {{"__name__": "__main__"}}
-try:
-    exec(compile({code!r}, "<completion>", "exec"), _g)
-    exec(compile({setup!r}, "<test_setup>", "exec"), _g)
-except MemoryError:
-    raise  # the interpreter's own last line, "MemoryError", is how the sandbox tells `memory`
-except BaseException as _e:
-    print("the code raised " + type(_e).__name__ + ": " + str(_e)[:200], file=sys.stderr)
-    sys.exit(1)
-_passed = 0
-for _t in {tests!r}:
-    try:
-        exec(compile(_t, "<test>", "exec"), _g)
-        _passed += 1
-    except MemoryError:
-        raise
-    except BaseException as _e:
-        print("failed: " + _t[:100] + ": " + type(_e).__name__, file=sys.stderr)
-print({nonce!r}, _passed, flush=True)
-"""
-
-
-def assert_harness(code: str, tests: Sequence[str], setup: str, nonce: str) -> str:
-    """A program that runs `code`, then `setup`, then each test line, counting the ones that pass,
-    and prints `nonce passed` last (exit 1 when the code or setup itself raises)."""
-    return _HARNESS.format(code=code, setup=setup, tests=list(tests), nonce=nonce)
-
-
 def _run(source: str, stdin: str, limits: Any) -> Any:
     from rewards.sandbox import run_python  # the sandbox loads with the first run, never at import
 
@@ -149,17 +121,27 @@ def _checked(result: Any) -> Any:
     return result
 
 
+def _judged(code: str, plan: Plan, total: int, limits: Any) -> CodeOutcome:
+    verdict = Judge(lambda source, stdin, lim: _run(source, stdin, lim), limits, _checked).judge(code, plan)
+    return CodeOutcome(
+        min(verdict.passed, total), total, verdict.status, str(verdict.detail)[-_DETAIL_CHARS:]
+    )
+
+
 def run_asserts(code: str, tests: Sequence[str], setup: str = "", limits: Any = None) -> CodeOutcome:
-    """Run `code` and count the assert lines that pass (one sandbox run)."""
-    nonce = secrets.token_hex(8)
-    result = _checked(_run(assert_harness(code, tests, setup, nonce), "", limits))
-    if result.status != SANDBOX_OK:
-        return CodeOutcome(0, len(tests), result.status, _detail(result))
-    for line in reversed(result.stdout.splitlines()):
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == nonce and parts[1].isdigit():
-            return CodeOutcome(min(int(parts[1]), len(tests)), len(tests), SANDBOX_OK)
-    return CodeOutcome(0, len(tests), SANDBOX_OK, "the program ended before its tests ran")
+    """Count the assert lines `code` passes: the program answers the tests' probes in its own
+    sandboxed run, and the verdicts come from outside it (`code_judge.py`)."""
+    plan = Plan(tests=tuple(tests), setup=setup, preludes=(), check=False, entry="")
+    return _judged(code, plan, len(tests), limits)
+
+
+def run_check(
+    code: str, test: str, entry_point: str, prompt: str | None = None, limits: Any = None
+) -> CodeOutcome:
+    """One test: HumanEval's `check(candidate)` run in the judge, each call of `candidate` answered
+    by the program's `entry_point` in its own sandboxed run."""
+    plan = Plan(tests=(test,), setup="", preludes=(prompt or "",), check=True, entry=entry_point)
+    return _judged(code, plan, 1, limits)
 
 
 def same_output(got: str, expected: str) -> bool:
@@ -194,7 +176,7 @@ def run_tests(completion: str, fields: Mapping[str, Any], limits: Any = None) ->
     if fields.get("test") is not None and fields.get("entry_point"):
         entry = fields["entry_point"]
         code = program_of(completion, fields.get("prompt"), entry)
-        return run_asserts(code, [f"check({entry})"], fields["test"], limits)
+        return run_check(code, fields["test"], entry, fields.get("prompt"), limits)
     if fields.get("tests") is not None:
         return run_io(extract_code(completion), fields["tests"], limits)
     raise ValueError("a code item needs test_list, test with entry_point, or tests ({input, output} pairs)")
