@@ -107,6 +107,12 @@ STEP_METRICS: tuple[Metric, ...] = (
     ),
     _m("env_errors", "train", "environment tasks: episodes ended by env_error or timeout", export=True),
     _m(
+        "env_abandoned",
+        "train",
+        "environment tasks: episodes left unplayed once more than pool.error_rate_threshold of the "
+        "batch had ended env_error or timeout",
+    ),
+    _m(
         "env_metrics",
         "train",
         "environment tasks: {key: mean} of the numbers the episodes' episode_info() reported "
@@ -181,6 +187,7 @@ EVAL_METRICS: tuple[Metric, ...] = (
     _m("success_rate", "eval", "environment tasks: held-out share of episodes won", export=True),
     _m("turns_mean", "eval", "environment tasks: held-out mean actions per episode", export=True),
     _m("env_errors", "eval", "environment tasks: held-out episodes ended by env_error or timeout"),
+    _m("env_abandoned", "eval", "environment tasks: held-out episodes left unplayed after too many failed"),
     _m(
         "env_metrics",
         "eval",
@@ -258,6 +265,7 @@ EPISODE_KEYS = frozenset(
         "turns_mean",
         "success_rate",
         "env_errors",
+        "env_abandoned",
         "env_step_s",
         "env_wait_s",
         "env_replayed_turns",

@@ -161,9 +161,12 @@ def _check_environment(task, n: int) -> int:
     kind = (
         "deterministic" if task.deterministic else "not declared deterministic (episodes cannot be replayed)"
     )
+    played = f"{trial.rows} rows, each played twice with its demonstration"
+    if trial.stopped_at:
+        played = f"{trial.rows} of {n} rows: stopped at {trial.stopped_at}, past task.step_timeout_s"
     lines = [
         f"environment:  {task.env} (task env), {kind}",
-        f"sample:       {trial.episodes // 2} rows, each played twice with its demonstration",
+        f"sample:       {played}",
         f"cost/call:    {_ms(trial.step_s)} per reset or step (mean of {trial.calls})",
         f"statuses:     {statuses or 'none'}",
         *(f"  error: {reason[:120]}" for reason in trial.errors[:3]),
@@ -172,7 +175,7 @@ def _check_environment(task, n: int) -> int:
         *value_lines("env metrics:", trial.episode_numbers, "episodes"),
         *_aggregated_lines(trial),
         *(f"  note: {reason[:120]}" for reason in trial.notes[:3]),
-        f"determinism:  {len(trial.mismatches)} of {trial.episodes // 2} rows played differently the second time",
+        f"determinism:  {len(trial.mismatches)} of {trial.rows} rows played differently the second time",
     ]
     print("\n".join(lines), flush=True)
     problem = env_problem(trial)

@@ -37,7 +37,8 @@ from trainer.schedule import Schedule
 EVAL_SUMMARY_KEYS = ("step", "phase", "exact_match", "valid_rate", "reward_mean", "count")
 # Kept too when the evaluation sampled k completions per prompt (grpo.eval_k).
 SAMPLED_SUMMARY_KEYS = ("k", "pass_at_1", "pass_at_k", "mean_at_k")
-EPISODE_SUMMARY_KEYS = ("success_rate", "turns_mean", "env_step_s", "env_errors")  # environment tasks
+# environment tasks, with `statuses` (how the held-out episodes ended: episodes per status)
+EPISODE_SUMMARY_KEYS = ("success_rate", "turns_mean", "env_step_s", "env_errors")
 ETA_WINDOW = 20  # recent steps per phase whose mean duration predicts the rest
 
 
@@ -75,6 +76,8 @@ def compact_eval(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
     sampled = {k: record[k] for k in (*SAMPLED_SUMMARY_KEYS, *EPISODE_SUMMARY_KEYS) if k in record}
+    if "success_rate" in record and "statuses" in record:  # episodes
+        sampled["statuses"] = record["statuses"]
     return {**{k: record.get(k) for k in EVAL_SUMMARY_KEYS}, **sampled}
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from actors.pool.reward_pool import RewardPool
-from rewards.env.episode import ENV_ERROR, EpisodeRecord, EpisodeResult
+from rewards.env.episode import ENV_ERROR, FAILED_EPISODE_STATUSES, EpisodeRecord, EpisodeResult
 from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item, keep_episode_info
 
 
@@ -32,8 +32,11 @@ class PoolEpisodes:
         max_turns: int,
         reward_mode: str = "sum",
         aggregate_metrics: Callable[[list[dict[str, Any]]], Any] | None = None,
+        failure_share: float | None = None,
     ):
+        """failure_share: as `rewards.env.host.LocalEpisodes`'s."""
         self._pool_of = pool_of  # attached on first use
+        self.failure_share, self.failure_share_key = failure_share, "pool.error_rate_threshold"
         self.max_turns, self.reward_mode = max_turns, reward_mode
         self.aggregate_metrics = aggregate_metrics  # the environment's own (None: the trainer's mean)
         self._prefix = uuid.uuid4().hex[:12]  # episode ids unique across ranks and runs
@@ -80,7 +83,12 @@ class PoolEpisodes:
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,
             aggregate_metrics=self.aggregate_metrics,
+            failure_share=self.failure_share,
         )
+
+    def failed(self) -> int:
+        """Episodes of the batch that ended env_error or timeout so far."""
+        return sum(r.status in FAILED_EPISODE_STATUSES for r in self._records)
 
     def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
         still_held = {i: "" for i in sorted(self._open)}

@@ -6,6 +6,8 @@ into `env_metrics`), what went wrong after an episode was played (a failing
 `episode_info` or `close`), what the class's own `aggregate_metrics` makes of the episodes'
 infos where it has one, and, where the environment declares itself deterministic, whether the
 two plays gave the same observations and rewards (what replaying an episode relies on).
+With a step deadline the episodes run in a child process (`rewards.env.process`): the first
+episode that passes it ends the trial, so a hanging environment is reported after one deadline.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewards.env.base import Environment
-from rewards.env.episode import Episode, EpisodeResult
+from rewards.env.episode import TIMEOUT, Episode, EpisodeResult
 
 
 @dataclass
 class EnvTrial:
+    rows: int = 0  # rows played
+    stopped_at: str | None = None  # the row whose episode passed the step deadline, ending the trial
     episodes: int = 0
     calls: int = 0  # resets and steps
     seconds: float = 0.0
@@ -72,19 +76,21 @@ def try_environment(
     max_turns: int,
     step_timeout_s: float | None = None,
 ) -> EnvTrial:
-    """Play each (row, actions) twice; what it cost and what went wrong."""
+    """Play each (row, actions) twice; what it cost and what went wrong. A play past the step
+    deadline ends the trial there (the rows after it are not played)."""
     trial = EnvTrial()
     for row, actions in plays:
-        first, second = (play(env_cls, row, actions, max_turns, step_timeout_s) for _ in range(2))
+        first = play(env_cls, row, actions, max_turns, step_timeout_s)
+        if first.status == TIMEOUT:
+            trial.rows += 1
+            _count(trial, first)
+            trial.errors.append(first.reason or TIMEOUT)
+            trial.stopped_at = f"row {dict(row)!r:.80}"
+            break
+        second = play(env_cls, row, actions, max_turns, step_timeout_s)
+        trial.rows += 1
         for result in (first, second):
-            trial.episodes += 1
-            trial.calls += result.turns + 1
-            trial.seconds += result.env_s
-            trial.statuses[result.status] += 1
-            trial.turns += len(result.infos)
-            trial.turn_info_keys.update(key for info in result.infos for key in info)
-            if result.episode_info is not None:
-                trial.infos.append(dict(result.episode_info))
+            _count(trial, result)
         if first.reason and first.status != "ok":
             trial.errors.append(first.reason)
         elif first.reason:  # played, but its episode_info or close failed
@@ -94,6 +100,17 @@ def try_environment(
             trial.mismatches.append(f"row {dict(row)!r:.80}: two plays of the same actions differ")
     _aggregate(env_cls, trial)
     return trial
+
+
+def _count(trial: EnvTrial, result: EpisodeResult) -> None:
+    trial.episodes += 1
+    trial.calls += result.turns + 1
+    trial.seconds += result.env_s
+    trial.statuses[result.status] += 1
+    trial.turns += len(result.infos)
+    trial.turn_info_keys.update(key for info in result.infos for key in info)
+    if result.episode_info is not None:
+        trial.infos.append(dict(result.episode_info))
 
 
 def _aggregate(env_cls: type[Environment], trial: EnvTrial) -> None:
@@ -112,8 +129,10 @@ def _aggregate(env_cls: type[Environment], trial: EnvTrial) -> None:
 
 def env_problem(trial: EnvTrial) -> str | None:
     """One line saying why a run should not start with this environment; None when it may."""
+    if trial.stopped_at:
+        return f"{trial.stopped_at} ended timeout: {trial.errors[-1]}; the trial stopped there"
     if trial.errors:
-        return f"{len(trial.errors)} of {trial.episodes // 2} sample rows failed: {trial.errors[0]}"
+        return f"{len(trial.errors)} of {trial.rows} sample rows failed: {trial.errors[0]}"
     if trial.mismatches:
         return f"declared deterministic, but {trial.mismatches[0]}"
     if trial.aggregate_error:

@@ -6,8 +6,12 @@ Statuses:
   completion cut at max_new_tokens keeps its reward);
 - `max_turns`: the environment never said done within `max_turns` turns;
 - `env_error`: reset or step raised, or returned something of the wrong shape;
-- `timeout`: a step took longer than the step deadline.
-The last three carry no reward: the episode's group is handled like one with an unusable reward.
+- `timeout`: a step took longer than the step deadline;
+- `abandoned`: not played on, because the batch's other episodes had already failed (env_error,
+  timeout) past the run's failure share (`trainer.sampling.episodes`).
+The last four carry no reward: the episode's group is handled like one with an unusable reward.
+`env_error` and `timeout` count as failures in the run's failure policy; `abandoned` does not
+(the failures that caused it are counted already).
 Nothing raises out of an episode; the first failure's reason is kept for the records.
 """
 
@@ -16,16 +20,26 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rewards.env.base import Environment, StepResult
+from rewards.env.process import (
+    CallTimedOut,
+    EnvCallError,
+    EnvProcess,
+    InProcess,
+    Instance,
+    InstanceLost,
+    thread_process,
+)
 
 OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT = "ok", "max_tokens", "max_turns", "env_error", "timeout"
+ABANDONED = "abandoned"
 MAX_INFO_CHARS = 2000  # of a step's or an episode's info kept in the records, as JSON
-EPISODE_STATUSES = (OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT)
+EPISODE_STATUSES = (OK, MAX_TOKENS, MAX_TURNS, ENV_ERROR, TIMEOUT, ABANDONED)
+FAILED_EPISODE_STATUSES = frozenset({ENV_ERROR, TIMEOUT})  # what the run's failure policy counts
 USABLE_EPISODE_STATUSES = frozenset({OK, MAX_TOKENS})
 REWARD_MODES = ("sum", "final")
 
@@ -189,7 +203,13 @@ class EpisodeRecord:
 
 
 class Episode(EpisodeRecord):
-    """An environment instance playing one row; `start`, then `act` per turn, then `end`."""
+    """An environment instance playing one row; `start`, then `act` per turn, then `end`.
+
+    The instance lives where `process` keeps it: a child process (`rewards.env.process.EnvProcess`;
+    by default, with a step deadline, this thread's), whose calls are ended at the deadline, or,
+    without a deadline, this process. An instance lost with its child (killed at another episode's
+    deadline) is rebuilt by replaying the recorded actions when the environment is deterministic;
+    otherwise the episode ends `env_error`."""
 
     def __init__(
         self,
@@ -199,45 +219,117 @@ class Episode(EpisodeRecord):
         max_turns: int,
         reward_mode: str = "sum",
         step_timeout_s: float | None = None,
+        process: EnvProcess | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, reward_mode=reward_mode)
         self.env_cls, self.row, self.step_timeout_s = env_cls, row, step_timeout_s
-        self.env: Environment | None = None
+        if process is None:
+            process = InProcess(env_cls) if step_timeout_s is None else thread_process(env_cls)
+        self.process: EnvProcess | InProcess = process
+        self.env: Instance | None = None
 
-    def _timed(self, what: str, call) -> Any:
-        """call() timed; a late or failing call ends the episode (returns None then)."""
-        began = time.perf_counter()
+    def _limit(self, limit: Limit | None) -> Limit:
+        if limit is not None:
+            return limit
+        named = None if self.step_timeout_s is None else f"task.step_timeout_s={self.step_timeout_s:g}s"
+        return Limit(self.step_timeout_s, named)
+
+    def _timed(
+        self, what: str, call: Callable[[float | None], tuple[Any, float]], limit: Limit | None = None
+    ) -> Any:
+        """call(deadline) -> (value, seconds) timed against the deadline; a late, failing or lost
+        call ends the episode (returns None then). InstanceLost goes to the caller."""
+        seconds, named = self._limit(limit)
         try:
-            out = call()
-        except Exception as exc:  # the environment's own failure: a status, never a crash
-            self.fail(ENV_ERROR, f"{what} raised {type(exc).__name__}: {exc}")
+            out, took = call(seconds)
+        except CallTimedOut:
+            self.env_s += seconds or 0.0
+            self.fail(
+                TIMEOUT,
+                f"{what} took over {seconds:g}s without returning, past {named}; its process was ended",
+            )
             return None
-        finally:
-            took = time.perf_counter() - began
-            self.env_s += took
-        if self.step_timeout_s is not None and took > self.step_timeout_s:
-            self.fail(TIMEOUT, f"{what} took {took:.2f}s, past task.step_timeout_s={self.step_timeout_s:g}")
+        except EnvCallError as exc:  # the environment's own failure: a status, never a crash
+            self.env_s += exc.took_s
+            self.fail(ENV_ERROR, f"{what} raised {exc.type_name}: {exc.message}")
+            return None
+        self.env_s += took
+        if seconds is not None and took > seconds:
+            self.fail(TIMEOUT, f"{what} took {took:.2f}s, past {named}")
             return None
         return out
 
-    def start(self) -> str | None:
-        """The first observation; None when the environment could not start (status env_error)."""
-        self.env = self._timed("the constructor", self.env_cls)
-        if self.over:
-            return None
-        self._timed("setup", self.env.setup)
-        if self.over:
-            return None
-        first = self._timed("reset", lambda: self.env.reset(self.row))
-        return None if self.over else self.started(first)
+    def _method(self, what: str, method: str, *args: Any, limit: Limit | None = None) -> Any:
+        env = self.env
+        return self._timed(what, lambda s: self.process.call(env, method, args, s), limit)
 
-    def act(self, action: str) -> tuple[str, bool]:
-        """The policy's action of one turn -> (observation, episode over)."""
+    def start(self, limit: Limit | None = None) -> str | None:
+        """The first observation; None when the environment could not start (status env_error, or
+        timeout past the deadline)."""
+        first = self._instance(limit)
+        return None if first is None else self.started(first)
+
+    def _instance(self, limit: Limit | None = None) -> str | None:
+        """A new instance, set up and reset: its first observation (None: the episode is over)."""
+        try:
+            self.env = self._timed("the constructor", self.process.new, limit)
+            if self.over:
+                return None
+            self._method("setup", "setup", limit=limit)
+            if self.over:
+                return None
+            first = self._method("reset", "reset", self.row, limit=limit)
+        except InstanceLost as exc:  # its child died under it
+            self.fail(ENV_ERROR, f"the environment's process died while it started ({exc})")
+            return None
+        return None if self.over else first
+
+    def act(self, action: str, limit: Limit | None = None) -> tuple[str, bool]:
+        """The policy's action of one turn -> (observation, episode over); `limit`: a deadline other
+        than the step deadline (the pool's call running out)."""
         if self.over:
             return "", True
         self.acted(action)
-        out = self._timed("step", lambda: self.env.step(action))
+        try:
+            out = self._method("step", "step", action, limit=limit)
+        except InstanceLost:
+            out = self._stepped_after_rebuild(action, limit)
         return ("", True) if self.over else self.answered(out)
+
+    def _stepped_after_rebuild(self, action: str, limit: Limit | None) -> Any:
+        """The step again, on an instance rebuilt from the recorded actions (deterministic
+        environments only); None with the episode over when it cannot be."""
+        if not self.env_cls.deterministic:
+            self.fail(
+                ENV_ERROR,
+                "its environment process was ended (another episode's call passed its deadline) and "
+                f"{self.env_cls.__name__} is not deterministic (Environment.deterministic): it cannot be replayed",
+            )
+            return None
+        actions, observations = self.transcript[1:-1:2], self.transcript[0::2]
+        try:
+            if self._instance(limit) != observations[0] and not self.over:
+                self.fail(
+                    ENV_ERROR, "rebuilt, the episode's reset gave another first observation than recorded"
+                )
+            for earlier, seen in zip(actions, observations[1:], strict=True):
+                if self.over:
+                    break
+                out = self._method("step", "step", earlier, limit=limit)
+                if not self.over and (out is None or checked_step(out).observation != seen):
+                    self.fail(
+                        ENV_ERROR,
+                        f"replaying {len(actions)} recorded actions gave other observations than recorded",
+                    )
+                self.replayed += 1
+            return None if self.over else self._method("step", "step", action, limit=limit)
+        except InstanceLost as exc:
+            self.fail(
+                ENV_ERROR, f"the environment's process died again while the episode was rebuilt ({exc})"
+            )
+        except ValueError as exc:  # a replayed step of the wrong shape
+            self.fail(ENV_ERROR, str(exc))
+        return None
 
     def end(self, cut: str | None = None, reason: str | None = None) -> EpisodeResult:
         """Ask the environment what the episode was about, close it, and say how the episode ended
@@ -246,18 +338,42 @@ class Episode(EpisodeRecord):
         said = self._episode_info() if self.env is not None else None
         result = self.result(cut, reason)
         if self.env is not None:
-            try:
-                self.env.close()
-            except Exception as exc:
-                said = said or f"close raised {type(exc).__name__}: {exc}"
+            said = said or self._closed()
+            self.process.release(self.env)
             self.env = None
         result.reason = result.reason or said
         return result
 
+    def _closed(self) -> str | None:
+        """Close the instance; what went wrong, if anything."""
+        try:
+            self.process.call(self.env, "close", (), self._limit(None).seconds)
+        except CallTimedOut:
+            return f"close took over {self._limit(None).seconds:g}s without returning, past {self._limit(None).named}"
+        except EnvCallError as exc:
+            return f"close raised {exc.type_name}: {exc.message}"
+        except InstanceLost:
+            pass  # its process is gone, and the instance with it
+        return None
+
     def _episode_info(self) -> str | None:
         """Keep the environment's `episode_info`; what went wrong, if anything."""
         try:
-            self.episode_info = checked_info(self.env.episode_info(), "episode_info")
-        except Exception as exc:
-            return f"episode_info raised {type(exc).__name__}: {exc}"
+            info, _ = self.process.call(self.env, "episode_info", (), self._limit(None).seconds)
+            self.episode_info = checked_info(info, "episode_info")
+        except CallTimedOut:
+            return f"episode_info took over {self._limit(None).seconds:g}s without returning, past {self._limit(None).named}"
+        except EnvCallError as exc:
+            return f"episode_info raised {exc.type_name}: {exc.message}"
+        except InstanceLost:
+            return "episode_info was not asked: the environment's process was gone"
+        except ValueError as exc:
+            return f"episode_info raised ValueError: {exc}"
         return None
+
+
+class Limit(NamedTuple):
+    """A call's deadline in seconds (None: none) and how a reason names it ('task.step_timeout_s=10s')."""
+
+    seconds: float | None
+    named: str | None

@@ -8,6 +8,13 @@ elsewhere) rebuilds it by replaying those actions, when the environment declares
 deterministic, and checks that the replay gives the recorded observations; an environment that
 is not deterministic ends such an episode with `env_error` instead.
 
+With a step deadline the worker keeps its episodes' instances in a child process
+(`rewards.env.process`): a step past the deadline ends its episode `timeout` there and the worker
+answers the rest of the call, instead of the pool killing the worker at the call's deadline (and
+running the call again, to hang again). The steps of one call share the call's time: a step gets
+the step deadline or what is left of `call_budget_s` (kept under the pool's `chunk_timeout_s`),
+whichever is less, and a step the call had no time left for ends its episode `timeout` unplayed.
+
 A call's result is a `ScoreResult`: the turn's reward as its total, the observation as its text,
 and in its components whether the episode is over (`over`), how (`end`: an index into
 `EPISODE_STATUSES`, -1 while it goes on), whether the environment said done (`by_env`), the
@@ -19,14 +26,16 @@ step's (`turn`) and, once the episode ended, the environment's `episode_info` (`
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewards.env.base import Environment
 from rewards.env.concurrency import map_steps
-from rewards.env.episode import ENV_ERROR, EPISODE_STATUSES, TIMEOUT, Episode, EpisodeRecord
+from rewards.env.episode import ENV_ERROR, EPISODE_STATUSES, TIMEOUT, Episode, EpisodeRecord, Limit
 from rewards.env.loading import load_environment
+from rewards.env.process import EnvProcess
 from rewards.result import OK, ScoreResult
 from rewards.result import TIMEOUT as CALL_TIMEOUT
 
@@ -55,20 +64,26 @@ class EpisodeCalls:
     takes_token_ids = False  # an episode's result is its reward: no scored item carries ids
 
     def __init__(
-        self, env: str, *, max_turns: int, reward_mode: str = "sum", step_timeout_s: float | None = None
+        self,
+        env: str,
+        *,
+        max_turns: int,
+        reward_mode: str = "sum",
+        step_timeout_s: float | None = None,
+        call_budget_s: float | None = None,
     ):
-        self.env, self.max_turns, self.reward_mode, self.step_timeout_s = (
-            env,
-            max_turns,
-            reward_mode,
-            step_timeout_s,
-        )
+        self.env, self.max_turns, self.reward_mode = env, max_turns, reward_mode
+        self.step_timeout_s, self.call_budget_s = step_timeout_s, call_budget_s
         self._held: OrderedDict[str, Episode] = OrderedDict()
         self._lock = threading.Lock()  # episodes may be stepped on threads (concurrent_steps)
         self._env_cls: type[Environment] | None = None
+        self._process: EnvProcess | None = None
 
     def __reduce__(self):  # the held episodes stay where they are played
-        return (_rebuild, (self.env, self.max_turns, self.reward_mode, self.step_timeout_s))
+        return (
+            _rebuild,
+            (self.env, self.max_turns, self.reward_mode, self.step_timeout_s, self.call_budget_s),
+        )
 
     @property
     def env_cls(self) -> type[Environment]:
@@ -76,9 +91,19 @@ class EpisodeCalls:
             self._env_cls = load_environment(self.env)
         return self._env_cls
 
+    @property
+    def process(self) -> EnvProcess | None:
+        """The child process holding the episodes' instances (None without a deadline: here)."""
+        if self._process is None and (self.step_timeout_s is not None or self.call_budget_s is not None):
+            self._process = EnvProcess(self.env_cls)
+        return self._process
+
     def setup(self) -> None:
-        """Import the environment when the worker starts (one that cannot be found fails it visibly)."""
+        """Import the environment when the worker starts (one that cannot be found fails it
+        visibly), and fork the process its instances live in."""
         _ = self.env_cls
+        if self.process is not None:
+            self.process.started()
 
     def held(self) -> int:
         return len(self._held)
@@ -89,9 +114,23 @@ class EpisodeCalls:
         if rows is None:
             raise ValueError("episode calls carry their episode in the item's fields")
         calls = list(zip(rows, completions, strict=True))
-        return map_steps(lambda c: self.call(*c), calls, getattr(self.env_cls, "concurrent_steps", 1))
+        ends = None if self.call_budget_s is None else time.monotonic() + self.call_budget_s
+        if self.process is not None:
+            self.process.started()  # forked by this thread, not by one of the stepping threads
+        return map_steps(
+            lambda c: self.call(*c, call_ends=ends), calls, getattr(self.env_cls, "concurrent_steps", 1)
+        )
 
-    def call(self, item: Mapping[str, Any], action: str) -> ScoreResult:
+    def _limit(self, call_ends: float | None) -> Limit | None:
+        """The step's deadline: the step deadline, or what is left of the call's time if less."""
+        if call_ends is None:
+            return None
+        left = max(0.0, call_ends - time.monotonic())
+        if self.step_timeout_s is not None and self.step_timeout_s <= left:
+            return Limit(self.step_timeout_s, f"task.step_timeout_s={self.step_timeout_s:g}s")
+        return Limit(left, f"the {left:.2f}s left of its pool call (pool.chunk_timeout_s)")
+
+    def call(self, item: Mapping[str, Any], action: str, call_ends: float | None = None) -> ScoreResult:
         key, kind = item["episode"], item["call"]
         if kind == CLOSE:
             with self._lock:
@@ -101,18 +140,24 @@ class EpisodeCalls:
             return ScoreResult(0.0, {}, OK, info=_carried(None, episode and episode.episode_info))
         if kind == START:
             episode = self._new(item["row"])
-            first = episode.start()
+            first = episode.start(self._limit(call_ends))
             return self._answer(key, episode, first or "", 0.0, 0)
         with self._lock:  # held again (most recently used) by _answer while it goes on
             episode, replayed = self._held.pop(key, None), 0
         if episode is None or episode.turns != len(item.get("actions", ())):
             if episode is not None:
                 episode.end()
-            episode, replayed = self._replay(item)
+            episode, replayed = self._replay(item, call_ends)
             if episode.over:
                 return self._answer(key, episode, "", 0.0, replayed)
-        spent = episode.env_s
-        episode.act(action)
+        spent, limit = episode.env_s, self._limit(call_ends)
+        if limit is not None and limit.seconds <= 0.0:
+            episode.acted(action)
+            episode.fail(
+                TIMEOUT, "not stepped: its pool call's earlier steps took its time (pool.chunk_timeout_s)"
+            )
+            return self._answer(key, episode, "", 0.0, replayed)
+        episode.act(action, limit)
         answered = len(episode.transcript) == 2 * episode.turns + 1  # the step gave an observation
         observation = episode.transcript[-1] if answered else ""
         reward = episode.rewards[-1] if answered else 0.0
@@ -126,9 +171,10 @@ class EpisodeCalls:
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,
             step_timeout_s=self.step_timeout_s,
+            process=self.process,
         )
 
-    def _replay(self, item: Mapping[str, Any]) -> tuple[Episode, int]:
+    def _replay(self, item: Mapping[str, Any], call_ends: float | None = None) -> tuple[Episode, int]:
         """The episode rebuilt from its recorded actions; over (env_error) when it cannot be."""
         episode = self._new(item["row"])
         actions, observations = list(item.get("actions", ())), list(item.get("observations", ()))
@@ -139,11 +185,11 @@ class EpisodeCalls:
                 "is not deterministic (Environment.deterministic): it cannot be replayed",
             )
             return episode, 0
-        seen = [episode.start()]
+        seen = [episode.start(self._limit(call_ends))]
         for action in actions:
             if episode.over:
                 break
-            seen.append(episode.act(action)[0])
+            seen.append(episode.act(action, self._limit(call_ends))[0])
         if not episode.over and seen != observations[: len(seen)]:
             episode.fail(
                 ENV_ERROR, f"replaying {len(actions)} recorded actions gave other observations than recorded"
@@ -193,8 +239,20 @@ def _carried(turn: dict[str, Any] | None, episode: dict[str, Any] | None) -> dic
     return info or None
 
 
-def _rebuild(env: str, max_turns: int, reward_mode: str, step_timeout_s: float | None) -> EpisodeCalls:
-    return EpisodeCalls(env, max_turns=max_turns, reward_mode=reward_mode, step_timeout_s=step_timeout_s)
+def _rebuild(
+    env: str,
+    max_turns: int,
+    reward_mode: str,
+    step_timeout_s: float | None,
+    call_budget_s: float | None = None,
+) -> EpisodeCalls:
+    return EpisodeCalls(
+        env,
+        max_turns=max_turns,
+        reward_mode=reward_mode,
+        step_timeout_s=step_timeout_s,
+        call_budget_s=call_budget_s,
+    )
 
 
 def apply_call(record: EpisodeRecord, kind: str, action: str, result: ScoreResult) -> tuple[str, bool]:

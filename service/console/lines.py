@@ -60,10 +60,11 @@ def eval_line(record: Mapping[str, Any]) -> str:
         f"reward {number(record.get('reward_mean'), 3)}  exact {percent(record.get('exact_match'))}  "
         f"valid {percent(record.get('valid_rate'))}  on {record.get('count')} held-out prompts"
     )
-    if "success_rate" in record:  # episodes with an environment
+    if "success_rate" in record:  # episodes with an environment: how they ended, by status
+        ended = ", ".join(f"{status} {count}" for status, count in (record.get("statuses") or {}).items())
         line += (
             f"; episodes: success {percent(record.get('success_rate'))}  turns {number(record.get('turns_mean'), 2)}  "
-            f"env errors {record.get('env_errors', 0):g}"
+            f"ended {ended or '-'}"
         )
     if "k" in record:  # k completions sampled per prompt as well
         line += (

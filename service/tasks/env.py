@@ -8,12 +8,18 @@
   `data.eval_size` rows generated from their own indices (`data.eval_seed`).
 - The SFT warm start plays the environment's `demonstration` of each row and trains on its
   actions, the answers left out of the loss; a run with SFT steps needs one.
-- Episodes run on the reward pool's workers (`task.hosting: pool`, `actors.pool.episodes`): a
-  call past `pool.chunk_timeout_s` kills and replaces its worker and ends the episode `timeout`, and
-  an episode whose worker died is replayed on another one from its recorded actions (environments
-  that declare themselves deterministic). With `hosting: local` they run in each trainer process
-  (`rewards.env.host.LocalEpisodes`) and no pool is started. Either way each reset and step is
-  timed against `task.step_timeout_s`, and the episode's result is the sample's reward.
+- Every environment call (the demonstrations played before a run, the checks, the episodes of
+  each step and evaluation) runs in a child process of the process that asks for it
+  (`rewards.env.process`), with `task.step_timeout_s` as its deadline: a reset or step past it
+  ends its episode `timeout` and its child is killed, so nothing is left blocked; a demonstration
+  or check that passes it refuses the run in one line.
+- Episodes run on the reward pool's workers (`task.hosting: pool`, `actors.pool.episodes`), the
+  steps of one pool call sharing `pool.chunk_timeout_s`; an episode whose worker died is replayed
+  on another one from its recorded actions (environments that declare themselves deterministic).
+  With `hosting: local` they run in each trainer process (`rewards.env.host.LocalEpisodes`) and no
+  pool is started. The episode's result is the sample's reward; once a batch's failed episodes
+  (env_error, timeout) are more than `pool.error_rate_threshold` of it, the rest are `abandoned`
+  (`trainer.sampling.episodes`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ if TYPE_CHECKING:
 
 ENV_TRIAL_ROWS = 4  # rows the environment is tried on before a run
 EVAL_ROWS_BASE = 1 << 40  # generated held-out rows take indices the training stream never reaches
+# Of pool.chunk_timeout_s, what the steps of one pool call may take: the rest is the call's way
+# there and back, so the worker answers before the pool would kill it.
+CALL_BUDGET_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,10 @@ class EnvTask(Task):
     stops: tuple[str, ...]
     seed: int
     chars: str
+    # what the steps of one pool call may take of pool.chunk_timeout_s (the episodes on the pool)
+    call_budget_s: float | None = None
+    # pool.error_rate_threshold: past it, the rest of a batch's episodes are abandoned
+    failure_share: float | None = None
     held_out: list[EpisodePair] = field(default_factory=list, compare=False, repr=False)
     train_rows: list[EpisodePair] | None = field(default=None, compare=False, repr=False)  # driver only
     # The first training rows with their demonstrations (checked for fit, tried before a run); driver only
@@ -76,6 +89,8 @@ class EnvTask(Task):
             stops=tuple(t.stop if t.stop is not None else env_cls.stop),
             seed=cfg.data.seed,
             chars=env_cls.alphabet,
+            call_budget_s=cfg.pool.chunk_timeout_s * CALL_BUDGET_SHARE,
+            failure_share=cfg.pool.error_rate_threshold,
         )
         rows = _read_rows(t.path, "task.path") if t.path else None
         if t.eval_path:
@@ -188,12 +203,14 @@ class EnvTask(Task):
                 max_turns=self.max_turns,
                 reward_mode=self.reward_mode,
                 aggregate_metrics=load_environment(self.env).aggregate_metrics,
+                failure_share=self.failure_share,
             )
         return LocalEpisodes(
             self.env,
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,
             step_timeout_s=self.step_timeout_s,
+            failure_share=self.failure_share,
         )
 
     def environment_trial(self, n: int = ENV_TRIAL_ROWS) -> EnvTrial:
@@ -250,6 +267,7 @@ class EnvTask(Task):
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,
             step_timeout_s=self.step_timeout_s,
+            call_budget_s=self.call_budget_s,
         )
 
 

@@ -3,6 +3,7 @@
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -105,6 +106,9 @@ __all__ = [
     "AggregatesBadly",
     "AggregatesGuesses",
     "Environment",
+    "HangsOnBadGuesses",
+    "HangsOnItsSecondTurn",
+    "HangsWithoutDemonstration",
     "KillsItsWorker",
     "LiesAboutDeterminism",
     "NoDemonstration",
@@ -126,3 +130,29 @@ class UndeterministicGuess(GuessNumber):
     """The guessing game, not declared deterministic: a lost episode cannot be replayed."""
 
     deterministic = False
+
+
+class HangsOnItsSecondTurn(GuessNumber):
+    """The guessing game whose second step never returns (a read that blocks for ever)."""
+
+    def step(self, action):
+        if self.guesses >= 1:
+            threading.Event().wait()
+        return super().step(action)
+
+
+class HangsWithoutDemonstration(NoDemonstration):
+    """No demonstration (a trial plays one empty action per row), and every step hangs."""
+
+    def step(self, action):
+        threading.Event().wait()
+
+
+class HangsOnBadGuesses(GuessNumber):
+    """The guessing game whose step never returns when the action is not a number: its
+    demonstrations (numbers) play through, a policy's other text hangs it."""
+
+    def step(self, action):
+        if not action.strip().isdigit():
+            threading.Event().wait()
+        return super().step(action)

@@ -63,6 +63,25 @@ def played(monkeypatch) -> list[dict]:
     return rows
 
 
+def test_a_hanging_environment_refuses_the_run_in_one_line_after_one_step_deadline(capsys, tmp_path):
+    hangs = [f"task.env={CASES}:HangsOnItsSecondTurn", "task.step_timeout_s=1"]
+    line = _refused(capsys, tmp_path, *hangs)  # its demonstrations, played before anything starts
+    assert "the demonstration of row" in line and "ended timeout: step took over 1s without returning" in line
+    assert check_main(["--preset", "env-smoke", *(a for s in hangs for a in ("--set", s))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ended timeout: step took over 1s without returning" in err
+
+
+def test_check_reward_stops_trying_an_environment_at_its_first_hanging_step(capsys):
+    sets = ["sft.steps=0", f"task.env={CASES}:HangsWithoutDemonstration", "task.step_timeout_s=1"]
+    assert check_main(["--preset", "env-smoke", "--n", "4", *(a for s in sets for a in ("--set", s))]) == 2
+    out = capsys.readouterr().out
+    assert "sample:       1 of 4 rows: stopped at row {'secret': 10}, past task.step_timeout_s" in out
+    assert "statuses:     timeout 1" in out
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert "refused: row {'secret': 10} ended timeout: step took over 1s without returning" in verdict
+
+
 def test_env_pairs_are_the_first_observation_and_a_demonstration_played_through():
     task = build_task(load_config("env-smoke"))
     pair = task.train_stream(None)(0)

@@ -30,6 +30,7 @@ def episode_rewards(results: Sequence[Any], env_wait_s: float) -> Rewards:
         "env_successes": float(sum(bool(r.success) for r in results)),
         "env_max_turns": float(statuses.count("max_turns")),
         "env_max_tokens": float(statuses.count("max_tokens")),
+        "env_abandoned": float(statuses.count("abandoned")),
         "env_wait_s": float(env_wait_s),
         "env_replayed_turns": float(sum(getattr(r, "replayed", 0) for r in results)),
         **_metric_sums(results),
@@ -97,7 +98,8 @@ def _metric_sums(results: Sequence[Any]) -> dict[str, float]:
 
 def episode_figures(stats: Mapping[str, float]) -> dict[str, Any]:
     """turns_mean, success_rate, env_step_s (seconds per environment call), env_errors (episodes
-    ended by env_error or timeout), env_wait_s and env_replayed_turns (turns replayed to rebuild
+    ended by env_error or timeout), env_abandoned (episodes left unplayed after too many of the
+    batch failed), env_wait_s and env_replayed_turns (turns replayed to rebuild
     episodes on a replacement worker) of a step's summed episode stats, and env_metrics ({key:
     mean} of what the episodes' `episode_info` reported, where they reported numbers); {} without
     episodes."""
@@ -112,6 +114,7 @@ def episode_figures(stats: Mapping[str, float]) -> dict[str, Any]:
         "success_rate": stats.get("env_successes", 0.0) / episodes,
         "env_step_s": stats.get("env_seconds", 0.0) / max(turns + episodes, 1.0),  # resets count as calls
         "env_errors": stats.get("reward_errors", 0.0) + stats.get("reward_timeouts", 0.0),
+        "env_abandoned": stats.get("env_abandoned", 0.0),
         "env_wait_s": stats.get("env_wait_s", 0.0),
         "env_replayed_turns": stats.get("env_replayed_turns", 0.0),
     }

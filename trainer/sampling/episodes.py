@@ -8,6 +8,12 @@ the row is fed next, one per step, through the same cache: the environment's tok
 into the row's KV cache without being sampled. Decoding goes on until every episode is over or
 max_new_tokens (the episode's budget: the policy's tokens and the environment's) is spent.
 
+A host may name a failure share (`failure_share`: the run's `pool.error_rate_threshold`, with
+`failure_share_key` naming it): once the episodes of one call here that ended env_error or timeout
+(`failed()`) are more than that share of all its episodes, the rest end `abandoned` (not played
+on, not trained on, not counted as failures), so an environment that hangs on most episodes costs
+a few deadlines, not one per episode; the step's own rule then fails the run.
+
 In the rollout the environment's tokens are real tokens (`attn_mask`) but not the policy's
 (`completion_mask` False, old log-prob 0): they are context for the loss, the KL and the entropy,
 never a term of them. A row's noise is keyed as in the one-turn sampler, so episodes repeat
@@ -48,6 +54,8 @@ class EpisodeHost(Protocol):
         `.env_s`, `.success`, `.transcript`); cut: sample -> (status, reason) the sampler ended it with."""
         ...
 
+    # A host may also have `failed() -> int` (episodes of its batch ended env_error or timeout so
+    # far) with `failure_share` and `failure_share_key`: what `_Abandon` reads.
     # A host whose answers come from elsewhere (the reward pool) may also have `submit(actions) ->
     # handle` and `collect(handle) -> answers` (`step` without waiting), and `fresh() -> host` (another
     # host on the same resources): micro-batches then decode interleaved (`generate_episode_batches`).
@@ -194,6 +202,7 @@ def generate_episode_batches(
     one static cache, so it decodes one micro-batch at a time."""
     width = together if (hasattr(host, "submit") and hasattr(host, "fresh") and not cfg.compile) else 1
     how = _Sampling(cfg, stop, greedy, generator)
+    abandon = _Abandon(host, sum(len(b.prompts) for b in batches) * cfg.group_size)
     out: list[Episodes] = []
     with torch.no_grad(), eval_mode(policy.module):  # around every lane: their decoders interleave
         for first in range(0, len(batches), width):
@@ -201,13 +210,48 @@ def generate_episode_batches(
             hosts = [host, *(host.fresh() for _ in window[1:])]
             lanes = [_Lane(policy, h, b, how) for h, b in zip(hosts, window, strict=True)]
             for lane in lanes:  # each decodes up to its first turn's end; its calls go out
-                lane.run(None)
+                abandon.check(lanes) or lane.run(None)
             while not all(lane.done for lane in lanes):
                 for lane in lanes:
                     if not lane.done:
                         lane.run(lane.answers())
+                    abandon.check(lanes)
+            abandon.closed(lanes)
             out += [lane.close() for lane in lanes]
     return out
+
+
+class _Abandon:
+    """The rule that ends a call's remaining episodes once too many of them failed (the module's
+    docstring): the failed episodes of the lanes closed so far, and those the open ones have."""
+
+    def __init__(self, host: EpisodeHost, episodes: int):
+        share = getattr(host, "failure_share", None)
+        self.limit = None if share is None or not hasattr(host, "failed") else share * episodes
+        self.key = getattr(host, "failure_share_key", "the failure share")
+        self.share, self.episodes, self.failed_before, self.reason = share, episodes, 0, None
+
+    def check(self, lanes: Sequence[_Lane]) -> bool:
+        """Whether the call's episodes are abandoned (the open lanes are then ended)."""
+        if self.limit is None:
+            return False
+        if self.reason is None:
+            failed = self.failed_before + sum(lane.host.failed() for lane in lanes)
+            if failed <= self.limit:
+                return False
+            self.reason = (
+                f"abandoned: {failed} of the batch's {self.episodes} episodes ended env_error or timeout, "
+                f"more than {self.key}={self.share:g} of them"
+            )
+        for lane in lanes:
+            if not lane.done:
+                lane.abandon(self.reason)
+        return True
+
+    def closed(self, lanes: Sequence[_Lane]) -> None:
+        """Before the lanes close (their hosts then forget the batch): keep their failed count."""
+        if self.limit is not None:
+            self.failed_before += sum(lane.host.failed() for lane in lanes)
 
 
 class _Sampling(NamedTuple):
@@ -244,6 +288,18 @@ class _Lane:
         submit = getattr(self.host, "submit", None)
         self.handle = submit(actions) if submit is not None else self.host.step(actions)
         self.wait += time.perf_counter() - began
+
+    def abandon(self, reason: str) -> None:
+        """End the lane now: the answers it awaits are taken (their episodes' records kept), and
+        every episode still going ends `abandoned`."""
+        if self.handle is not None and getattr(self.host, "collect", None) is not None:
+            self.answers()
+        self.handle = None
+        for r, running in enumerate(self.state.active):
+            if running:
+                self.state.active[r] = False
+                self.state.cut[r] = ("abandoned", reason)
+        self.done = True
 
     def answers(self) -> Mapping[int, tuple[str, bool]]:
         began = time.perf_counter()
