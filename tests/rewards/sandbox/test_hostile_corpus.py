@@ -8,6 +8,7 @@ quick check that the pids cgroup's cap binds.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -19,7 +20,8 @@ import pytest
 from hostile_programs import CORPUS, MARKER, SECRET, filled
 from sandbox_checks import processes_with
 
-from rewards.sandbox import SandboxLimits, run_python
+from rewards.sandbox import SandboxLimits, run_python, sandbox_unavailable_reason
+from rewards.sandbox.warm import POOL
 
 pytestmark = pytest.mark.usefixtures("clean_after")
 HOST_PLACES = (
@@ -47,6 +49,33 @@ def secrets():
     home_token.unlink()
 
 
+@pytest.fixture
+def own_pids_cap():
+    """The test process in a pids cgroup of its own (1000 processes and threads): whatever way the
+    sandbox caps a fork bomb, this cap is around it too."""
+    parent = Path("/sys/fs/cgroup/pids")
+    if not (parent / "cgroup.procs").exists() or not os.access(parent, os.W_OK):
+        pytest.skip("no cgroup v1 pids controller for the test's own cap around the fork bomb")
+    own = parent / Path("/proc/self/cgroup").read_text().split("pids:", 1)[1].split("\n", 1)[0].lstrip("/")
+    cap = own / f"grpo-test-cap-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    cap.mkdir()
+    (cap / "pids.max").write_text("1000")
+    (cap / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield cap
+    finally:
+        POOL.close()  # a warm sandbox's cgroup sits under the cap
+        (own / "cgroup.procs").write_text(str(os.getpid()))
+        for _ in range(200):
+            try:
+                cap.rmdir()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def bystander():
     """Another child of the test process: it must outlive every program."""
@@ -69,30 +98,39 @@ def run(source: str, limits: SandboxLimits | None = None, **kwargs):
     return run_python(source.replace("MARKER", MARKER), limits=limits, **kwargs)
 
 
-# Every program runs both ways: a child of a warm sandbox (the default) and a fresh sandbox of its own.
+# Every program runs both ways: a child of a warm sandbox (the default) and a fresh sandbox of its own,
+# under each way of capping processes this host offers.
 BOTH_WAYS = pytest.mark.parametrize("fresh", [False, True], ids=["warm", "fresh"])
+METHODS = [m for m in ("cgroup_v1", "cgroup_v2", "uid") if sandbox_unavailable_reason(m) is None]
+EACH_METHOD = pytest.mark.parametrize("method", METHODS)
 
 
-def cap_binds(fresh: bool) -> bool:
+def with_method(limits: SandboxLimits | None, method: str) -> SandboxLimits:
+    return dataclasses.replace(limits or SandboxLimits(), process_limit=method)
+
+
+def cap_binds(fresh: bool, method: str) -> bool:
     """With 8 pids allowed, the 6th fork fails (bwrap, its init and the program hold 3)."""
     result = run(
         "import os, time\nn = 0\nfor _ in range(30):\n    try:\n        pid = os.fork()\n"
         "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1); os._exit(0)\n"
         "    n += 1\nprint(n)",
-        SandboxLimits(processes=8),
+        SandboxLimits(processes=8, process_limit=method),
         fresh=fresh,
     )
     return result.status == "ok" and int(result.stdout) < 8
 
 
+@EACH_METHOD
 @BOTH_WAYS
 @pytest.mark.parametrize(
     "name, source, statuses, limits, forbidden", CORPUS, ids=[case[0] for case in CORPUS]
 )
-def test_hostile_program(name, source, statuses, limits, forbidden, fresh, secrets, leaves_nothing):
+def test_hostile_program(name, source, statuses, limits, forbidden, fresh, method, secrets, leaves_nothing):
     source = filled(source, secrets["ray_token"], secrets["home"])
     files = {"harness.py": "assert open('expected.txt').read() == '42'\n"} if name == "reward_hack" else None
-    result = run(source, limits, files=files, fresh=fresh)
+    result = run(source, with_method(limits, method), files=files, fresh=fresh)
+    assert result.process_limit == method, result
     assert result.status in statuses, result
     if forbidden is not None:
         assert forbidden not in result.stdout + result.stderr, result
@@ -134,14 +172,15 @@ def test_ray_cannot_reach_the_cluster(leaves_nothing):
 
 
 @pytest.mark.slow
+@EACH_METHOD
 @BOTH_WAYS
-def test_fork_bomb_is_capped_and_cleaned_up(fresh, leaves_nothing):
-    assert cap_binds(fresh), "the pids cgroup cap does not bind: the fork bomb is not run"
+def test_fork_bomb_is_capped_and_cleaned_up(fresh, method, leaves_nothing, own_pids_cap):
+    assert cap_binds(fresh, method), "the process cap does not bind: the fork bomb is not run"
     before = len(os.listdir("/proc"))
     source = (
         "import os, subprocess\ntry:\n    subprocess.Popen(['sh', '-c', 'sleep 30; : MARKER'])\nexcept OSError:\n"
         "    pass\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     )
-    result = run(source, SandboxLimits(wall_s=1.0, processes=16), fresh=fresh)
+    result = run(source, SandboxLimits(wall_s=1.0, processes=16, process_limit=method), fresh=fresh)
     assert result.status == "timeout", result
     assert len(os.listdir("/proc")) < before + 16
