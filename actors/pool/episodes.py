@@ -18,7 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from actors.pool.reward_pool import RewardPool
-from rewards.env.episode import ENV_ERROR, FAILED_EPISODE_STATUSES, EpisodeRecord, EpisodeResult
+from rewards.env.episode import (
+    ENV_ERROR,
+    FAILED_EPISODE_STATUSES,
+    EpisodeRecord,
+    EpisodeResult,
+    failure_reasons,
+)
 from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item, keep_episode_info
 
 
@@ -95,7 +101,7 @@ class PoolEpisodes:
         if still_held:  # episodes the sampler ended (budget, EOS) or refused: the workers let them go
             self._calls(CLOSE, still_held)
         results = [r.result(*cut.get(i, (None, None))) for i, r in enumerate(self._records)]
-        self.failure_reasons = [r.reason for r in results if not r.usable and r.reason][:3]
+        self.failure_reasons = failure_reasons(results)
         self._records, self._keys, self._rows = [], [], []
         return results
 

@@ -62,6 +62,12 @@ class EpisodeResult:
     episode_info: dict[str, Any] | None = None  # Environment.episode_info at its end, JSON-safe
 
 
+def failure_reasons(results: list[EpisodeResult], most: int = 3) -> list[str]:
+    """The reasons of the first `most` episodes that failed (env_error, timeout): what a run that
+    its failed episodes end says (an abandoned episode's is not a failure's)."""
+    return [r.reason for r in results if r.status in FAILED_EPISODE_STATUSES and r.reason][:most]
+
+
 def checked_step(out: Any) -> StepResult:
     """`out` of a step as a StepResult; ValueError (one line) when it has the wrong shape.
 

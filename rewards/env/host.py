@@ -14,7 +14,7 @@ from typing import Any
 
 from rewards.env.base import Environment
 from rewards.env.concurrency import map_steps
-from rewards.env.episode import ENV_ERROR, FAILED_EPISODE_STATUSES, Episode, EpisodeResult
+from rewards.env.episode import ENV_ERROR, FAILED_EPISODE_STATUSES, Episode, EpisodeResult, failure_reasons
 from rewards.env.loading import load_environment
 from rewards.env.process import thread_process
 
@@ -79,5 +79,5 @@ class LocalEpisodes:
         """Close every episode (cut: sample index -> (status, reason) the sampler ended it with)."""
         results = [e.end(*cut.get(i, (None, None))) for i, e in enumerate(self._episodes)]
         self._episodes = []
-        self.failure_reasons = [r.reason for r in results if not r.usable and r.reason][:3]
+        self.failure_reasons = failure_reasons(results)
         return results
