@@ -31,6 +31,9 @@ from rewards.sandbox.result import (
 from rewards.sandbox.seccomp import compiled_filter, seccomp_unavailable_reason
 
 DEFAULT_LIMITS = SandboxLimits()
+# At most one execution per core this process may use runs at a time: a worker's concurrent
+# sandboxes (its threads', an event loop's) share the cores it was given, never more.
+CORES = threading.BoundedSemaphore(len(os.sched_getaffinity(0)))
 KILL_GRACE_S = 2.0  # after the sandbox's processes are killed, bubblewrap has this long to end by itself
 _reason_lock = threading.Lock()
 _reason: dict[str, str | None] = {}  # process_limit -> why no sandbox works (None: it does), once per process
@@ -257,9 +260,10 @@ def run_command(
     if not argv:
         raise ValueError("run_command needs a command")
     limits, python = limits or DEFAULT_LIMITS, python or sys.executable
-    if not fresh:
-        return _warm({"argv": list(argv), "stdin": stdin}, files, limits, python)
-    return _execute(list(argv), stdin=stdin, files=files, limits=limits, program=None, python=python)
+    with CORES:
+        if not fresh:
+            return _warm({"argv": list(argv), "stdin": stdin}, files, limits, python)
+        return _execute(list(argv), stdin=stdin, files=files, limits=limits, program=None, python=python)
 
 
 def run_python(
@@ -279,16 +283,17 @@ def run_python(
     bubblewrap sandbox for it alone (tens of milliseconds; nothing of an earlier execution's
     interpreter state, such as modules it imported, can be there)."""
     limits, interpreter = limits or DEFAULT_LIMITS, python or sys.executable
-    if not fresh:
-        return _warm({"source": source, "stdin": stdin}, files, limits, interpreter)
-    return _execute(
-        [interpreter, cmd.PROGRAM],
-        stdin=stdin,
-        files=files,
-        limits=limits,
-        program=source,
-        python=interpreter,
-    )
+    with CORES:
+        if not fresh:
+            return _warm({"source": source, "stdin": stdin}, files, limits, interpreter)
+        return _execute(
+            [interpreter, cmd.PROGRAM],
+            stdin=stdin,
+            files=files,
+            limits=limits,
+            program=source,
+            python=interpreter,
+        )
 
 
 async def run_python_async(

@@ -5,6 +5,8 @@ Three ways to run one program, each timed on the same programs in the same round
 - `bwrap per execution`: `run_python(..., fresh=True)`, a new bubblewrap sandbox and interpreter;
 - `plain subprocess`: `subprocess.run([python, file])`, a fresh interpreter with no isolation at all.
 Two programs: a trivial one (`pass`) and one with 200 assert lines (what a test harness costs).
+`warm (METHOD)` rows time the warm sandbox with its processes capped each way this host offers
+(`SandboxLimits.process_limit`: cgroup_v1, cgroup_v2, uid); `warm` is the `auto` choice.
 Each figure is executions per second over `executions` calls, the median of the rounds; a row for
 the warm sandbox from two threads at once (two sandboxes, the machine's two cores) shows how it scales.
 """
@@ -40,11 +42,22 @@ class SandboxPlan:
     threads: int = 2
 
 
+def _methods() -> tuple[str, ...]:
+    from rewards.sandbox import sandbox_unavailable_reason
+
+    return tuple(
+        f"warm ({m})" for m in ("cgroup_v1", "cgroup_v2", "uid") if sandbox_unavailable_reason(m) is None
+    )
+
+
 def _runner(way: str, source: str, folder: str):
-    from rewards.sandbox import run_python
+    from rewards.sandbox import SandboxLimits, run_python
 
     if way == "warm":
         return lambda: run_python(source)
+    if way.startswith("warm ("):
+        limits = SandboxLimits(process_limit=way[len("warm (") : -1])
+        return lambda: run_python(source, limits=limits)
     if way == "bwrap per execution":
         return lambda: run_python(source, fresh=True)
     path = os.path.join(folder, f"program_{len(os.listdir(folder))}.py")
@@ -78,15 +91,16 @@ def bench_sandbox(plan: SandboxPlan) -> dict[str, Any]:
         return section
     rates: dict[tuple[str, str], list[float]] = {}
     failures: list[str] = []
+    ways_here = (*WAYS, *_methods())
     with tempfile.TemporaryDirectory() as folder:
-        runners = {(p, w): _runner(w, src, folder) for p, src in PROGRAMS.items() for w in WAYS}
+        runners = {(p, w): _runner(w, src, folder) for p, src in PROGRAMS.items() for w in ways_here}
         for run in runners.values():  # warm-up: the first warm sandbox, the page cache
             run()
         for round_index in range(plan.rounds):
-            ways = WAYS if round_index % 2 == 0 else tuple(reversed(WAYS))
+            ways = ways_here if round_index % 2 == 0 else tuple(reversed(ways_here))
             for program in PROGRAMS:
                 for way in ways:
-                    calls = plan.executions if way == "warm" else plan.slow_executions
+                    calls = plan.executions if way.startswith("warm") else plan.slow_executions
                     rate, ok = _rate(runners[(program, way)], calls)
                     rates.setdefault((program, way), []).append(rate)
                     if way == "warm" and plan.threads > 1:
@@ -100,7 +114,7 @@ def bench_sandbox(plan: SandboxPlan) -> dict[str, Any]:
     for program in PROGRAMS:
         plain = medians[(program, "plain subprocess")]
         bwrap = medians[(program, "bwrap per execution")]
-        for way in (*WAYS, f"warm, {plan.threads} threads"):
+        for way in (*ways_here, f"warm, {plan.threads} threads"):
             if (program, way) in medians:
                 rate = medians[(program, way)]
                 rows.append([program, way, rate, 1000 / rate, rate / bwrap, rate / plain])
