@@ -3,11 +3,11 @@ kernel (`trainer.policy.linear_kernel`), and on CUDA not cuDNN's attention.
 
 A GRPO step attends over shapes that keep changing: the KV cache grows by one column per decoded
 token, and every micro-batch has its own prompt and completion lengths. torch's cuDNN attention
-backend builds an execution plan on the host for each new shape, so its cost never amortises here.
-Measured on an NVIDIA H200 (torch 2.11, the `gpt2-4090` preset's GRPO step, bf16, eager): 3.6 ms of
-CPU per attention call, 17 s of a 21 s sampling phase; with that backend off, torch takes flash or
-memory-efficient attention, which need no plan, and the same step's sampling took 2.6 s instead of
-22.7 s. This is process-wide state of torch, set once when the trainer is built.
+backend builds an execution plan on the host for each new shape, so its cost never amortises here:
+on an NVIDIA H200 (torch 2.11, the `gpt2-4090` preset's GRPO step, bf16) about 3.6 ms of CPU per
+attention call, most of the sampling phase. With that backend off, torch takes flash or
+memory-efficient attention, which need no plan, and the same step samples about 9x faster. This is
+process-wide state of torch, set once when the trainer is built.
 """
 
 from __future__ import annotations

@@ -179,8 +179,8 @@ class GRPOConfig(Frozen):
             if "epochs" in data and data["epochs"] != passes:
                 raise ValueError("passes is an alias of epochs: give one of them")
             data["epochs"] = passes
-        # Before policy_loss, the variant was spelt by these keys: an older config (or run directory)
-        # without policy_loss names the loss its keys gave, so it keeps its meaning.
+        # A config (or run directory) without policy_loss spells the variant by these keys: it names
+        # the loss its keys give, so it keeps its meaning.
         if not isinstance(data, dict) or ("ratio_level" not in data and "policy_loss" in data):
             return data
         data = dict(data)

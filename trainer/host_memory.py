@@ -3,11 +3,11 @@
 glibc's malloc serves blocks of 128 KiB and more (its threshold then moves with the sizes freed)
 with fresh `mmap`s, and returns free memory above 128 KiB at the heap's top to the OS. A GRPO step
 on a CPU allocates and frees activations of a few MB each, pass after pass, so every step touches
-fresh pages again: 2,000-15,000 page faults a step of the reference work (the tiny model, 8 x 8
-completions of 64 tokens; 2-core AMD EPYC, Zen 5), each first write to a buffer paying for them.
-With blocks up to 32 MiB served from the heap and its top kept, the same step faults 5 times: its
-update took 66 against 77 ms with oneDNN's linear layers (which allocate more per product), 85
-against 92 ms with MKL's (medians of 3 alternating rounds of fresh processes).
+fresh pages again: thousands of page faults a step of the reference work (the tiny model, 8 x 8
+completions of 64 tokens), each first write to a buffer paying for them. With blocks up to 32 MiB
+served from the heap and its top kept, the same step faults a handful of times, and its update is
+8-14% faster (more with oneDNN's linear layers, which allocate more per product; on a 2-core AMD
+EPYC, Zen 5).
 
 The process's peak memory is unchanged: what is kept is what the last steps used. This is
 process-wide state, set once when a trainer on a CPU is built, and only under glibc.

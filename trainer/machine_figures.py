@@ -106,7 +106,8 @@ def kept_figure(name: str, measure: Callable[[], float]) -> tuple[float, str]:
         entry = document.get(key) if isinstance(document.get(key), dict) else {}
         kept = entry.get(name)
         if isinstance(kept, dict) and isinstance(kept.get("value"), int | float):
-            return float(kept["value"]), f"measured on {kept.get('measured', 'an earlier run')}, kept in {path}"
+            when = kept.get("measured", "an earlier run")
+            return float(kept["value"]), f"measured on {when}, kept in {path}"
         value = float(measure())
         entry[name] = {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
         document[key] = entry

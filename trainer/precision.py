@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from trainer.config import PrecisionConfig
-from trainer.machine_figures import cpu_flags, cpu_info_field, kept_figure
+from trainer.machine_figures import cpu_flags, kept_figure
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

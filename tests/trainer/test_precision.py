@@ -80,10 +80,12 @@ def test_auto_dtype_follows_the_hardware(monkeypatch):
     assert dtype == "fp32" and "128 wide" in reason
     assert Precision(PrecisionConfig(), "cpu", width=128).autocast_dtype is None
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
-    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (2.0, "measured now"))  # dot products as wide as fp32's FMAs
+    # dot products as wide as fp32's FMAs
+    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (2.0, "measured now"))
     dtype, reason = precision.resolve_dtype("auto", "cpu", width=128)
     assert dtype == "fp32" and "measured 2.0x" in reason and "under the 2.5x" in reason
-    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (4.4, "measured now"))  # full-width dot products
+    # full-width dot products
+    monkeypatch.setattr(precision, "bf16_speedup_kept", lambda: (4.4, "measured now"))
     assert precision.resolve_dtype("auto", "cpu", width=32)[0] == "bf16"  # a property of the core: any width
     dtype, reason = precision.resolve_dtype("auto", "cpu")
     assert dtype == "bf16" and "measured 4.4x" in reason

@@ -2,10 +2,10 @@
 
 torch multiplies a CPU fp32 `F.linear` with MKL's sgemm. MKL picks its kernels by CPU vendor: on
 an AMD CPU it runs its AVX2 code even where the CPU has AVX-512. oneDNN, also inside torch, picks
-them by instruction set. On a 2-core AMD EPYC (Zen 5, AVX-512) oneDNN's fp32 GEMM ran at 350-480
-GFLOP/s against MKL's 175-210 at a GRPO update's shapes ([4144, 128] x [128, 512], its backward's
-products), and 1.4x MKL's at a decoding step's 64 rows; both in fp32 arithmetic, equal within
-float rounding (summation order). bf16 matmuls go through oneDNN already.
+them by instruction set, so on such a CPU its fp32 GEMM is the faster one: about twice MKL's at a
+GRPO update's shapes ([4144, 128] x [128, 512] and its backward's products) and 1.4x at a decoding
+step's 64 rows, on a 2-core AMD EPYC (Zen 5, AVX-512). Both compute in fp32 and agree within float
+rounding (summation order). bf16 matmuls go through oneDNN already.
 
 - `onednn`: the model's linear layers compute in fp32 through `torch.ops.mkldnn._linear_pointwise`
   (forward, and the backward's two products), and without autograd the MLP's GELU is fused into
@@ -13,8 +13,8 @@ float rounding (summation order). bf16 matmuls go through oneDNN already.
   tensor, not fp32, under autocast, or while `torch.compile` traces (inductor picks its own GEMM).
   A decoding step's small products go through oneDNN too, checked once per step (`step_linear`).
 - `torch`: torch's own `F.linear`.
-- `auto`: `onednn` on an AMD CPU with AVX-512 where torch has oneDNN; `torch` elsewhere (on Intel
-  CPUs MKL takes its AVX-512 kernels; unmeasured there, so left as torch chooses).
+- `auto`: `onednn` on an AMD CPU with AVX-512 where torch has oneDNN; `torch` elsewhere (on an Intel
+  CPU MKL takes its AVX-512 kernels itself, so torch's own choice stands).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class _OneDNNLinear(torch.autograd.Function):
             dx = _pointwise(grad, weight.t(), None)  # grad @ W
         if ctx.needs_input_grad[1]:
             # oneDNN lays its transposed input out afresh: the narrower of grad and x goes there
-            # (the other way, [4152, 512] x's copy took 4.9 of the fc-projection's 6.4 ms)
+            # (the wider one's copy, such as the MLP projection's [rows, 4C] input, costs most of the product)
             if weight.shape[0] <= weight.shape[1]:
                 dw = _pointwise(grad.t(), x.t(), None)  # grad^T x
             else:
@@ -127,8 +127,7 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gelu: b
 
 
 def _onednn_step(module: nn.Linear, x: Tensor, gelu: bool = False) -> Tensor:
-    # `_pointwise`'s call, inlined: 8 a decoding step, and one Python frame fewer each took 0.4 of
-    # 36 ms per 63 steps
+    # `_pointwise`'s call, inlined: a decoding step makes four per layer, each a Python frame fewer
     if gelu:
         return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "gelu", [], "none")
     return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
@@ -144,9 +143,9 @@ def step_linear(module: KernelLinear, x: Tensor) -> Callable[..., Tensor]:
     (GELU fused) where the model's kernel is onednn and oneDNN applies, whatever the row count;
     else torch's `F.linear`.
 
-    A decoding step's products are small (64 rows: 15-50 us each). Through oneDNN they took 2.4 ms
-    less of 39 ms per 63-step decode; through `KernelLinear`, whose every call checks whether
-    oneDNN applies, 1.3 ms less: those checks ate half the gain, so a step makes them once."""
+    A decoding step's products are small (tens of microseconds each), so checking at every call
+    whether oneDNN applies, as `KernelLinear` does, costs about half of what oneDNN saves there; a
+    step makes those checks once."""
     if module.kernel == "onednn" and not torch.is_grad_enabled() and _applies(x, module.weight):
         return _onednn_step
     return _torch_step

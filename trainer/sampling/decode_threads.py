@@ -4,7 +4,7 @@ A decode step is a few dozen small kernels (one new token per row), and every pa
 among them wakes the other OpenMP threads. Under the passive wait policy that the service ships
 (idle threads sleep, so a reward worker can have the core) each wake-up costs tens of
 microseconds, which can be more than a second thread saves: on a 2-core machine the `tiny` GPT
-decodes 1.4-1.7x faster on one thread than on two, while a wide model gains from every core. With
+can decode faster on one thread than on two, while a wide model gains from every core. With
 `auto` the worker times a short greedy decode of its own policy with each candidate count,
 alternating them, and samples with fewer threads only where that is clearly faster (MARGIN).
 Greedy decoding draws no random numbers, so the timing leaves the run's sampling unchanged; the

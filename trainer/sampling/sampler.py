@@ -68,7 +68,7 @@ def sample_tokens(
     The log-prob is under softmax(logits / temperature) over the whole vocabulary, whatever top_k
     or greedy chose: that is what a later forward pass recomputes for the GRPO importance ratio.
     """
-    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # an op a step saved
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # no division at 1
     logp = torch.log_softmax(scaled, dim=-1)
     if greedy:
         tokens = scaled.argmax(dim=-1)
@@ -219,8 +219,8 @@ def generate(
     stop_at_eos=False: every row runs max_new_tokens steps (benchmarks with equal lengths).
     row_keys `[B*K]`: each row's own noise (`trainer.sampling.row_noise`), so that a row's tokens do
     not depend on the batch it is sampled in; `generator` is then unused.
-    Decodes under inference_mode (no autograd bookkeeping on a decode step's few dozen small ops:
-    4-6% of a small model's generate), and the sampled tokens and log-probs are copied out of it,
+    Decodes under inference_mode (no autograd bookkeeping on a decode step's few dozen small ops,
+    a share of a small model's decoding), and the sampled tokens and log-probs are copied out of it,
     since the rollout feeds the training forward; a compiled step (`sampling.compile`) keeps its
     cache between calls, so it decodes under no_grad. In eval mode; autocast, if wanted, is the
     caller's.
