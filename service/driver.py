@@ -6,8 +6,9 @@
        SIGTERM/SIGINT sets its stop flag
 
 `fit()` runs in a background thread; the main thread drains the control actor's events into
-the run directory and the job log, and turns SIGTERM (what `ray job stop` sends) or Ctrl-C into
-a stop request: the workers finish the current step, checkpoint and return. With
+the run directory and the job log, and turns SIGTERM (what `ray job stop` sends, or `kill -TERM
+-PGID` to the driver's whole process group: the Ray a run starts runs apart, `service.ray_group`)
+or Ctrl-C into a stop request: the workers finish the current step, checkpoint and return. With
 `run.backend: local` that thread runs the one rank's loop itself (`actors.run.LocalRun`): the
 same control actor, reward pool, records and console, without Ray Train's start-up.
 """
@@ -34,6 +35,7 @@ from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
 from service.preflight.relations import cpus_needed
+from service.ray_group import own_process_groups
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.run_backend import local_checkpoints_problem, local_run
@@ -99,11 +101,13 @@ def init_ray(cfg: ServiceConfig, console: Console) -> bool:
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
         num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
         # One node plays every role: it offers the custom resources and labels the run asks for.
-        context = ray.init(
-            address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
-            resources=custom_resources_needed(cfg) or None, labels=local_node_labels(cfg) or None,
-            log_to_driver=True, logging_level=level,
-        )  # fmt: skip
+        # Its processes lead groups of their own: a signal to the driver's group is the driver's.
+        with own_process_groups():
+            context = ray.init(
+                address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
+                resources=custom_resources_needed(cfg) or None, labels=local_node_labels(cfg) or None,
+                log_to_driver=True, logging_level=level,
+            )  # fmt: skip
         started = True
     if not verbose:
         filter_worker_lines(console.external_output, quiet=quiet)
