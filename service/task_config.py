@@ -155,6 +155,12 @@ class CodeTaskConfig(TextTaskConfig):
         5.0, gt=0.0, description="wall-clock and CPU seconds of one sandboxed run (past it: status timeout)"
     )
     memory_mb: int = Field(512, ge=16, description="memory of one sandboxed run (past it: status memory)")
+    process_limit: Literal["auto", "cgroup_v1", "cgroup_v2", "uid"] = Field(
+        "auto",
+        description="how a sandboxed run's processes are capped: cgroup_v2 (a delegated v2 subtree), cgroup_v1 "
+        "(the v1 pids controller), uid (RLIMIT_NPROC on a uid of the sandbox's own: no writable cgroup needed); "
+        "auto: the first of these that works on the reward worker's host",
+    )
 
 
 class EnvTaskConfig(_TaskBase):

@@ -41,14 +41,15 @@ if TYPE_CHECKING:
 INSTALL_HINT = "apt-get install bubblewrap"
 
 
-def sandbox_problem() -> str | None:
-    """Why completions cannot run here (one line, naming the fix), or None when the sandbox works."""
+def sandbox_problem(process_limit: str = "auto") -> str | None:
+    """Why completions cannot run here (one line, naming the fix), or None when the sandbox works
+    with `process_limit` (`task.process_limit`)."""
     try:
         from rewards.sandbox import sandbox_unavailable_reason
     except ImportError as exc:
         reason = f"rewards.sandbox cannot be imported ({exc})"
     else:
-        reason = sandbox_unavailable_reason()
+        reason = sandbox_unavailable_reason(process_limit)
     if reason is None:
         return None
     return f"task.name: code runs completions in the sandbox, which is unavailable here: {reason}; {INSTALL_HINT}"
@@ -71,13 +72,15 @@ class CodeTask(TextTask):
     @classmethod
     def from_config(cls, cfg: ServiceConfig) -> CodeTask:
         """The problems, checked; ValueError (one line) without a sandbox or with a bad row."""
-        problem = sandbox_problem()
+        t = cfg.task
+        problem = sandbox_problem(t.process_limit)
         if problem:
             raise ValueError(problem)
         from rewards.sandbox import SandboxLimits
 
-        t = cfg.task
-        limits = SandboxLimits(wall_s=t.time_limit_s, cpu_s=t.time_limit_s, memory_mb=t.memory_mb)
+        limits = SandboxLimits(
+            wall_s=t.time_limit_s, cpu_s=t.time_limit_s, memory_mb=t.memory_mb, process_limit=t.process_limit
+        )
         scorer = CodeScorer(cfg.reward, t.all_or_nothing, limits)
         train, held, note = _rows(cfg)
         _check_sft_targets(cfg, train)
@@ -87,7 +90,10 @@ class CodeTask(TextTask):
         held_key = "task.eval_path" if t.eval_path else source
         check_records(held_key, ((r.where, r.prompt, r.target) for r in held), fit, None, train=False)
         _check_fields(scorer, [*train, *held])
-        data = TextData([_pair(r) for r in train], [_pair(r) for r in held], scorer, [note])
+        from rewards.sandbox.process_limit import resolve
+
+        capped = f"sandbox: each run's processes capped by {resolve(t.process_limit)[0]} (task.process_limit: {t.process_limit})"
+        data = TextData([_pair(r) for r in train], [_pair(r) for r in held], scorer, [note, capped])
         chars = {c for r in (*train, *held) for c in r.prompt + (r.target or "")}
         chars.update(c for s in t.stop for c in s)
         return cls(seed=cfg.data.seed, chars="".join(sorted(chars)), stops=tuple(t.stop), data=data)

@@ -29,7 +29,7 @@ def _write(path, rows) -> str:
 @pytest.fixture
 def sandbox_works(monkeypatch):
     """The task believes the sandbox works here (nothing in these tests runs a program)."""
-    monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda: None)
+    monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda method="auto": None)
 
 
 def test_rows_in_the_three_shapes_become_item_fields(tmp_path):
@@ -75,7 +75,7 @@ def test_a_run_with_a_bad_row_exits_2_naming_the_file_and_line(tmp_path, capsys,
 
 
 def test_without_the_sandbox_a_code_run_exits_2_before_ray_starts_naming_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda: "bwrap: not found on PATH")
+    monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda method="auto": "bwrap: not found on PATH")
     # refused before Ray starts: in the unit tier, starting it would fail the test (tests/tiers.py)
     rc = main(["--preset", "code-smoke", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
@@ -167,3 +167,16 @@ def test_the_bundled_answers_pass_their_tests_in_the_sandbox():
     assert [r.total for r in scored] == [1.0] * 6 and all(r.status == OK for r in scored)
     wrong = task.scorer().score("f=lambda x:x+100", None, pairs[0].fields)
     assert wrong.total == 0.0 and wrong.status == OK and wrong.components["passed"] == 0.0
+
+
+def test_the_process_limit_method_reaches_the_sandbox_and_the_runs_log():
+    if (reason := _sandbox_reason()) is not None:
+        pytest.skip(reason)
+    lines: list[str] = []
+    cfg = load_config("code-smoke", overrides=["task.process_limit=uid"])
+    task = build_task(cfg)
+    task.training_pairs(lines.append)
+    assert task.scorer().limits.process_limit == "uid"
+    assert any("processes capped by uid (task.process_limit: uid)" in line for line in lines), lines
+    with pytest.raises(ConfigError, match="task.process_limit"):
+        load_config("code-smoke", overrides=["task.process_limit=nproc"])
