@@ -8,11 +8,13 @@ find the same place.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from service.config import (
     ConfigError,
@@ -26,7 +28,17 @@ from service.config import (
 )
 from service.config_sources import deep_merge, read_config_file, set_dotted
 from service.presets import DEFAULT_PRESET
-from service.run_files import CHECKPOINT_DIR, CONFIG_FILE, SUMMARY_FILE, write_text_atomic
+from service.run_files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    EVAL_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+    ROLLOUTS_FILE,
+    RUNTIME_FILE,
+    SUMMARY_FILE,
+    write_text_atomic,
+)
 from service.run_lock import LOCK_FILE, RunDirBusy, RunLock, check_free, claim_run_dir
 from trainer.schedule import Schedule
 
@@ -57,26 +69,74 @@ def resolve_run(cfg: ServiceConfig, run_dir: str | None = None) -> ServiceConfig
 
 
 def fresh_config(
-    preset: str | None, config_file: str | None, overrides: Sequence[str], run_dir: str | None
+    preset: str | None,
+    config_file: str | None,
+    overrides: Sequence[str],
+    run_dir: str | None,
+    command: str | None = None,
 ) -> ServiceConfig:
-    """A new run's resolved config; its directory must not hold another run."""
+    """A new run's resolved config; its directory must not hold another run that took a step.
+    command: the command line, for the refusal to say what resumes that run."""
     cfg = resolve_run(load_config(preset or DEFAULT_PRESET, config_file, overrides), run_dir)
-    check_fresh_dir(Path(cfg.run.run_dir))
+    check_fresh_dir(Path(cfg.run.run_dir), command=command)
     return cfg
 
 
-def check_fresh_dir(directory: Path, *, held: bool = False) -> None:
-    """ConfigError unless `directory` is missing or empty (its lock file aside): a run that is live
-    is named, and only one that has ended is sent to --resume. `held`: this process holds the
-    lock (no other run is live, and looking at the lock file would only find ourselves)."""
+def check_fresh_dir(directory: Path, *, held: bool = False, command: str | None = None) -> None:
+    """ConfigError unless `directory` is missing, empty (its lock file aside) or holds a run that
+    never took a step (its Ray did not start, say: nothing to continue); a run that is live is
+    named, and one that has ended is sent to --resume, with the command that does it. `held`:
+    this process holds the lock (no other run is live, and looking would only find ourselves)."""
     if not directory.exists() or all(_not_a_record(p.name) for p in directory.iterdir()):
         return
     if not held:
         _refuse_live(directory, "run.run_dir", FRESH_LIVE_ADVICE)
+    if never_stepped(directory):
+        return
+    resume = f"{command} --resume" if command else f"python -m service.train --run-dir {directory} --resume"
     raise ConfigError(
-        f"run.run_dir: {str(directory)!r} already holds a run; pass --resume to continue it, "
+        f"run.run_dir: {str(directory)!r} already holds a run; pass --resume to continue it ({resume}), "
         "or choose another --run-dir / run.name"
     )
+
+
+# What a run writes besides its config and checkpoints: a fresh start over a run that never took a
+# step removes them, so nothing of the attempt before is read as this run's.
+ATTEMPT_RECORDS = (
+    METRICS_FILE,
+    EVAL_FILE,
+    ROLLOUTS_FILE,
+    SUMMARY_FILE,
+    RUNTIME_FILE,
+    REPORT_FILE,
+    "report.html",
+)
+
+
+def never_stepped(directory: Path) -> bool:
+    """Whether the run in `directory` never recorded a step: no row in metrics.jsonl, no checkpoint
+    and no summary counting a step (a driver that died before its first step, or was refused)."""
+    if any(p.is_dir() for p in (directory / CHECKPOINT_DIR).glob("step_*")):  # `trainer.checkpoint`'s
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        if int(json.loads((directory / SUMMARY_FILE).read_text()).get("steps") or 0) > 0:
+            return False
+    with contextlib.suppress(OSError):
+        if any(line.strip() for line in (directory / METRICS_FILE).read_text().splitlines()):
+            return False
+    return True
+
+
+def start_afresh(directory: Path, log: Callable[[str], None]) -> None:
+    """Before a fresh start in a directory whose run never took a step (its lock held): remove that
+    attempt's records and say so; nothing when the directory holds none."""
+    left = [directory / name for name in ATTEMPT_RECORDS if (directory / name).is_file()]
+    if not (directory / CONFIG_FILE).is_file() and not left:
+        return
+    for path in left:
+        path.unlink()
+    log(f"run.run_dir: {str(directory)!r} held a run that never took a step (no metrics, no checkpoint); "
+        "starting afresh there")  # fmt: skip
 
 
 def _not_a_record(name: str) -> bool:
@@ -92,11 +152,14 @@ def _refuse_live(directory: Path, key: str, advice: str) -> None:
         raise ConfigError(f"{key}: {str(directory)!r} is {busy}; {advice}") from None
 
 
-def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: str | None) -> ServiceConfig:
+def resumed_config(
+    config_file: str | None, overrides: Sequence[str], run_dir: str | None, preset: str | None = None
+) -> ServiceConfig:
     """The config of the run to continue: its saved config.yaml, then --config and --set on top.
 
     The run is found by --run-dir, or by run.run_dir / run.name (with run.storage_path) given in
-    the file or the overrides.
+    the file or the overrides. With `preset` (the command that started the run, and --resume), the
+    preset with --config and --set must give that same config (`refuse_another_start`).
     """
     located = _locate(config_file, overrides, run_dir)
     _refuse_live(located, "--resume", RESUME_LIVE_ADVICE)
@@ -112,8 +175,42 @@ def resumed_config(config_file: str | None, overrides: Sequence[str], run_dir: s
     name = cfg.run.name or located.name
     data = deep_merge(cfg.model_dump(mode="json"), {"run": {"name": name, "run_dir": str(located)}})
     cfg = validate_config(data)
+    if preset is not None:
+        refuse_another_start(preset, config_file, overrides, cfg)
     refuse_finished(cfg, located)
     return cfg
+
+
+def refuse_another_start(
+    preset: str, config_file: str | None, overrides: Sequence[str], saved: ServiceConfig
+) -> None:
+    """`--resume --preset P ...`: accepted when P with the same --config and --set gives the run's
+    saved config (the command that started it, with --resume); otherwise ConfigError naming the
+    first key where they differ (its identity aside: run.name, the directory, a model made there)."""
+    started = load_config(preset, config_file, overrides)
+    started = resolve_run(
+        started.model_copy(update={"run": started.run.model_copy(update={"name": saved.run.name})}),
+        str(saved.run.run_dir),
+    )
+    difference = first_difference(started.model_dump(mode="json"), saved.model_dump(mode="json"))
+    if difference is not None:
+        key, given, kept = difference
+        raise ConfigError(
+            f"--preset {preset}: gives {key}={given!r}, but the run in {str(saved.run.run_dir)!r} was saved "
+            f"with {key}={kept!r}; drop --preset to resume it as saved, or --set {key}=... to change it"
+        )
+
+
+def first_difference(a: Any, b: Any, prefix: str = "") -> tuple[str, Any, Any] | None:
+    """(dotted key, a's value, b's value) of the first key where two nested dicts differ; None
+    when they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (prefix.rstrip("."), a, b)
 
 
 def refuse_finished(cfg: ServiceConfig, run_dir: Path) -> None:
@@ -165,6 +262,7 @@ def claim_run(cfg: ServiceConfig, *, resume: bool, log: Callable[[str], None]) -
             refuse_finished(cfg, directory)
         else:
             check_fresh_dir(directory, held=True)
+            start_afresh(directory, log)
     except ConfigError:
         lock.abandon()
         raise

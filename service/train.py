@@ -4,6 +4,7 @@
     python -m service.train --preset smoke --run-dir /tmp/smoke
     python -m service.train --config my.yaml --set grpo.steps=80 --set sampling.temperature=0.8
     python -m service.train --run-dir runs/<run id> --resume  # continue from its latest checkpoint
+    python -m service.train --preset smoke --run-dir /tmp/smoke --resume   # the same, as it was started
     python -m service.train --quiet | --verbose               # less or more on the console
 
 On a terminal the console is a live progress bar with the evaluations above it; in a job log
@@ -16,12 +17,15 @@ command line, or a run directory held by a live run (one line on stderr, no trac
 
 A run directory has one writer: the driver holds its lock file (`service.run_lock`) from before
 it writes anything until it exits, so a second start (or `--resume`) there is refused, naming the
-live run; the lock of a run that was killed is taken over with a line saying whose it was.
+live run; the lock of a run that was killed is taken over with a line saying whose it was. A run
+that ended is continued with `--resume` (the refusal of a fresh start there quotes the command);
+one that never took a step (its Ray did not start) holds nothing: the same command starts afresh.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 
@@ -59,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --run-dir (or run.name) from its latest checkpoint",
+        help="continue the run in --run-dir (or run.name) from its latest checkpoint (with --preset and "
+        "--set: those that started it)",
     )
     parser.add_argument(
         "--help-config", metavar="SECTION",
@@ -91,12 +96,13 @@ def verbosity_of(args: argparse.Namespace) -> Verbosity:
     return Verbosity.VERBOSE if args.verbose else Verbosity.NORMAL
 
 
-def resolve(args: argparse.Namespace) -> ServiceConfig:
+def resolve(args: argparse.Namespace, argv: Sequence[str] | None = None) -> ServiceConfig:
+    """The run's config: a fresh one, or with --resume the saved one (with --preset, the same
+    command that started it must give it). argv: the command line, for a refusal to quote."""
     if args.resume:
-        if args.preset:
-            raise ConfigError("--preset: not allowed with --resume; the run's saved config.yaml is the base")
-        return resumed_config(args.config, args.overrides, args.run_dir)
-    return fresh_config(args.preset, args.config, args.overrides, args.run_dir)
+        return resumed_config(args.config, args.overrides, args.run_dir, preset=args.preset)
+    command = shlex.join(["python", "-m", "service.train", *(sys.argv[1:] if argv is None else argv)])
+    return fresh_config(args.preset, args.config, args.overrides, args.run_dir, command=command)
 
 
 def _bad_config(exc: Exception) -> int:
@@ -109,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.help_config is not None:
         return _help_config(args.help_config)
     try:
-        cfg = resolve(args)
+        cfg = resolve(args, argv)
     except ConfigError as exc:
         return _bad_config(exc)
     console = make_console(

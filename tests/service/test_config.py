@@ -192,6 +192,8 @@ def test_a_fresh_run_refuses_an_existing_run_dir_and_resume_reads_it_back(tmp_pa
     prepare_run_dir(cfg)
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["grpo"]["steps"] == 3
     assert (run_dir / "checkpoints").is_dir()
+    fresh_config("smoke", None, [], str(run_dir))  # no step taken there: nothing to continue
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "phase": "sft"}\n')
     with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
         fresh_config("smoke", None, [], str(run_dir))
     resumed = resumed_config(None, ["grpo.steps=5"], str(run_dir))
@@ -224,9 +226,12 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "r").exists()  # nothing was started
 
 
-def test_cli_resume_with_a_preset_is_refused(tmp_path):
-    result = _cli("--preset", "smoke", "--resume", "--run-dir", str(tmp_path))
-    assert result.returncode == 2 and "--preset: not allowed with --resume" in result.stderr
+def test_cli_resume_with_another_preset_is_refused_naming_the_key(tmp_path):
+    prepare_run_dir(fresh_config("smoke", None, ["run.name=r8"], str(tmp_path / "run")))
+    result = _cli("--preset", "demo", "--resume", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("config error: --preset demo: gives model.size='tiny', but the run in ")
+    assert "was saved with model.size='custom'; drop --preset to resume it as saved" in result.stderr
 
 
 @pytest.mark.parametrize(

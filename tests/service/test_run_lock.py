@@ -196,9 +196,11 @@ def test_the_heartbeat_is_refreshed_while_held_and_names_the_ray_job(tmp_path, m
 
 
 def _saved_run(run_dir: Path) -> None:
+    """A run that ended after its first step."""
     run_dir.mkdir(parents=True)
     cfg = load_config("smoke", overrides=["run.name=held", f"run.run_dir={run_dir}"])
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "phase": "sft"}\n')
 
 
 def test_a_live_run_is_refused_by_name_for_a_fresh_start_and_for_resume(tmp_path):
@@ -229,7 +231,7 @@ def test_a_live_run_is_refused_by_name_for_a_fresh_start_and_for_resume(tmp_path
         )
     finally:
         holder.end()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "metrics.jsonl"]
 
 
 def test_an_ended_run_is_sent_to_resume_and_a_stale_lock_alone_is_no_run(tmp_path):
