@@ -1,4 +1,5 @@
-"""The layout keeps its promises: imports run one way, benchmarks live in service/bench, one schedule."""
+"""The layout keeps its promises: imports run one way, benchmarks live in bench/ and nothing imports them,
+one schedule."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("rewards", "trainer", "actors", "service")
+BENCH = "bench"  # the benchmarks: may import every package; no package imports them
 
 # What each package may import, of ours and of the heavy third parties (DESIGN's table).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "rewards": ("trainer", "actors", "service", "torch", "ray"),
-    "trainer": ("rewards", "actors", "service", "ray"),
-    "actors": ("service",),
+    "rewards": ("trainer", "actors", "service", BENCH, "torch", "ray"),
+    "trainer": ("rewards", "actors", "service", BENCH, "ray"),
+    "actors": ("service", BENCH),
+    "service": (BENCH,),
 }
 
 
@@ -45,18 +48,30 @@ def test_imports_run_one_way(package):
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-def test_every_package_folder_is_a_package_and_benchmarks_live_in_service_bench():
-    for package in PACKAGES:
+def test_every_package_folder_is_a_package():
+    for package in (*PACKAGES, BENCH):
         for folder in [REPO / package, *(p for p in (REPO / package).rglob("*") if p.is_dir())]:
             if folder.name != "__pycache__" and any(folder.glob("*.py")):
                 assert (folder / "__init__.py").exists(), f"{folder} has modules but no __init__.py"
+
+
+def test_benchmarks_live_in_bench_and_the_service_runs_them_by_name():
     stray = [
         str(p.relative_to(REPO))
-        for package in ("rewards", "trainer", "actors")
+        for package in PACKAGES
         for p in _modules(package)
         if "bench" in p.name or "workload" in p.name
     ]
-    assert stray == []
+    # service/bench.py is the launcher of `python -m service.bench`: it runs bench by name, importing nothing
+    assert stray == ["service/bench.py"]
+    out = subprocess.run(
+        [sys.executable, "-m", "service.bench", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "usage: python -m bench" in out.stdout and "--sections" in out.stdout
 
 
 def test_the_run_total_is_computed_in_the_schedule_alone():

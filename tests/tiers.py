@@ -51,7 +51,7 @@ MODULE_TIERS: dict[str, str] = {
     "service/test_client_address.py": "e2e",
     "service/test_resume_finished.py": "e2e",
     "service/test_dashboard.py": "ray",
-    "service/bench/test_bench.py": "ray",
+    "bench/test_bench.py": "ray",
 }
 
 # Fixtures that start a Ray cluster: a test that needs one (directly or through another fixture)

@@ -34,8 +34,8 @@ class PoolConfig(Frozen):
         description="Ray node labels a worker's node must carry, e.g. {grpo.io/role: reward} "
         "(`ray start --labels`; values 'v', '!v', 'in(a,b)')",
     )
-    # Measured (service/bench/pool_workload.py, 2 cores): ~1 ms of dispatch per call and ~1 us per item of
-    # result encoding; 64-item chunks ran at ~0.5x in-process, 1024-4096 at 1.4-1.56x with 2 workers.
+    # A call costs about a millisecond of dispatch and each item about a microsecond of result encoding,
+    # so small chunks lose to scoring in process and large ones pay (bench/pool_workload.py measures both).
     chunk_size: int = Field(2048, ge=1, description="most items per call")
     min_chunk_size: int = Field(
         64, ge=1, description="a submission is spread over idle workers only in pieces at least this big"

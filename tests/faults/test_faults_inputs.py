@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from actors.pool.reward_pool import RewardPool
+from bench.pool_workload import realistic_batch
 from rewards import BAD_INPUT, STATUSES, TOO_LONG, score, score_batch
-from service.bench.pool_workload import realistic_batch
 from service.config import ConfigError, ServiceConfig, load_config
 from trainer.data.chess_games import load_pgn
 from trainer.data.pairs import load_jsonl

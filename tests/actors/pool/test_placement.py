@@ -11,9 +11,9 @@ import pytest
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from bench.pool_workload import realistic_batch
 from rewards import TIMEOUT, RewardConfig, Scorer, UserRewardScorer
 from rewards.config import UserRewardSpec
-from service.bench.pool_workload import realistic_batch
 from trainer.grpo.reward_source import component_means
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

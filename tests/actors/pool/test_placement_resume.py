@@ -9,8 +9,8 @@ import pytest
 from actors.pool.config import PoolConfig
 from actors.pool.placement import PROBE, PlacedRewards
 from actors.pool.reward_pool import RewardPool
+from bench.pool_workload import realistic_batch
 from rewards import Scorer
-from service.bench.pool_workload import realistic_batch
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -12,9 +12,9 @@ import pytest
 from actors.pool.config import PoolConfig, max_runs_per_item, poison_item_bound_s
 from actors.pool.errors import RewardErrorRateExceeded, RewardPoolUnavailable
 from actors.pool.reward_pool import RewardPool
+from bench.pool_workload import realistic_batch
 from rewards import ERROR, TIMEOUT, RewardConfig, Scorer
 from rewards.config import UserRewardSpec
-from service.bench.pool_workload import realistic_batch
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

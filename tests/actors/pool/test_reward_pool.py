@@ -14,6 +14,7 @@ from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
 from actors.pool.reward_pool import RewardPool
 from actors.pool.submission import chunk_payload
+from bench.pool_workload import measure_pool, realistic_batch
 from rewards import (
     BAD_INPUT,
     STATUSES,
@@ -27,7 +28,6 @@ from rewards import (
     unregister_reward,
 )
 from rewards.config import UserRewardSpec
-from service.bench.pool_workload import measure_pool, realistic_batch
 from trainer.grpo.reward_source import Rewards, RewardSource
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

@@ -8,9 +8,9 @@ import pytest
 
 from actors.pool.codec import decode
 from actors.pool.worker import RewardWorker
+from bench.pool_workload import realistic_batch
 from rewards import ERROR, RewardConfig, Scorer, UserRewardScorer
 from rewards.config import UserRewardSpec
-from service.bench.pool_workload import realistic_batch
 
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
 

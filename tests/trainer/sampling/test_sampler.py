@@ -5,7 +5,7 @@ import torch
 
 import trainer.compile as compile_helper
 import trainer.policy.gpt_decoding as decoding_module
-from service.bench.sampling import MODES, SamplingPlan, measure_size
+from bench.sampling import MODES, SamplingPlan, measure_size
 from trainer.config import SamplingConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.model_config import BuiltinModelConfig
