@@ -1,4 +1,5 @@
-"""Plain-text tables for the command line (the `--json` output is `to_dict()` as is)."""
+"""Plain-text tables for the command line (the `--json` output is `to_dict()` as is). Every
+figure says the step it comes from: a job log carries them every few seconds, not every step."""
 
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ def status_table(status: RunStatus) -> str:
     ]
     if not status.state.is_terminal():
         rows.append(("eta", _duration(status.eta_s)))
-    rows += [(name, _number(value)) for name, value in sorted(status.metrics.items())]
-    rows += pool_rows(status.pool)
+    at = "" if status.metrics_step is None else f" (step {status.metrics_step})"
+    rows += [(name, _number(value) + at) for name, value in sorted(status.metrics.items())]
+    rows += [(name, value + at) for name, value in pool_rows(status.pool)]
     rows += held_out_rows(status)
     if status.error:
         rows.append(("error", status.error))
@@ -83,9 +85,10 @@ def held_out_rows(status: RunStatus) -> list[tuple[str, str]]:
     """The latest held-out figures (the final ones once the run has them), by game length when given."""
     evaluation = status.final_eval or status.eval_metrics
     step = evaluation.get("step", status.eval_step)
+    at = "" if step is None else f" (step {step})"
     rows = [("eval.step", str(step))] if step is not None else []
     rows += [
-        (f"eval.{name}", _number(value))
+        (f"eval.{name}", _number(value) + at)
         for name, value in sorted(evaluation.items())
         if isinstance(value, int | float) and not isinstance(value, bool) and name not in ("step", "count")
     ]
@@ -93,7 +96,7 @@ def held_out_rows(status: RunStatus) -> list[tuple[str, str]]:
         for group, figures in groups.items():
             if isinstance(figures, dict):
                 text = "  ".join(f"{k} {_number(v)}" for k, v in figures.items() if _is_number(v))
-                rows.append((f"eval.{name}.{group}", text))
+                rows.append((f"eval.{name}.{group}", text + at))
     return rows
 
 

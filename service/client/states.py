@@ -3,7 +3,9 @@
 Ray's job status says whether the driver process is pending, running or over; the run's own
 log lines (`service.progress`) say where training is and, at the end, how it ended. A run's
 state is Ray's, refined by the summary line where Ray cannot know better (a driver that exits
-0 after writing `"status": "failed"` is a failed run).
+0 after writing `"status": "failed"` is a failed run); an ended run's step is its summary's.
+A job log carries a step's figures every `run.log_interval_s` seconds (and at the end), so the
+figures a status shows name the step they come from (`metrics_step`, `eval_step`).
 """
 
 from __future__ import annotations
@@ -66,11 +68,12 @@ class RunStatus:
     run_id: str
     state: RunState
     phase: str | None = None  # of the latest progress line: "sft" | "grpo" | "eval"
-    step: int | None = None
+    step: int | None = None  # the latest step the log tells of (the summary's, once there is one)
     total_steps: int | None = None
     metrics: dict[str, float] = field(
         default_factory=dict
     )  # latest step's: loss, reward_mean, step_time_s, ...
+    metrics_step: int | None = None  # the step those figures (and `pool`) come from
     eval_metrics: dict[str, float] = field(default_factory=dict)  # latest held-out eval: exact_match, ...
     eval_step: int | None = None  # the step of that evaluation
     eval_details: dict[str, Any] = field(default_factory=dict)  # its nested figures (e.g. by game length)
@@ -183,13 +186,18 @@ def status_from_job(
         summary_error = (summary or {}).get("error")
         error = str(summary_error).strip() if summary_error else _failure_line(ray_message, logs)
     phase = progress.get("phase")
+    step, total = _as_int(progress.get("step")), _as_int(progress.get("total_steps"))
+    if summary is not None and state.is_terminal():  # how the run ended: its summary's count
+        step = _as_int(summary.get("steps")) if summary.get("steps") is not None else step
+        total = _as_int(summary.get("total_steps")) or total
     return RunStatus(
         run_id=run_id,
         state=state,
         phase=str(phase) if phase is not None else None,
-        step=_as_int(progress.get("step")),
-        total_steps=_as_int(progress.get("total_steps")),
+        step=step,
+        total_steps=total,
         metrics=_metrics(step_record),
+        metrics_step=_as_int(step_record.get("step")),
         eval_metrics=_metrics(eval_record),
         eval_step=_as_int(eval_record.get("step")),
         eval_details={k: v for k, v in eval_record.items() if isinstance(v, dict)},

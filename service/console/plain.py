@@ -4,7 +4,8 @@ A job log is read two ways: by a person (`ray job logs`, the dashboard) and by t
 knows a remote run only through it. So a progress line for the person and a `[grpo-progress]`
 record for the client are written together, at the same cadence: never more often than every
 `every_steps` steps and `interval_s` seconds, plus the first step, the first step of each phase
-and the last one. Evaluations and the summary always get both. `--quiet` outside a Ray job
+and the last one (the last the run took, before its summary, when it stopped or failed early).
+Evaluations and the summary always get both. `--quiet` outside a Ray job
 (stdout redirected to a file) drops the records too: no client reads them there.
 """
 
@@ -66,13 +67,19 @@ class PlainConsole(LineWriter):
         self.records = records  # the machine-readable lines the client reads
         verbose = verbosity is Verbosity.VERBOSE
         self.cadence = Cadence(1 if verbose else every_steps, 0.0 if verbose else interval_s)
+        self._unwritten: Mapping[str, Any] | None = None  # the last step, when its line was not due
 
     def _write(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
     def step(self, progress: Mapping[str, Any]) -> None:
         if not self.cadence.due(int(progress["step"]), str(progress["phase"]), int(progress["total_steps"])):
+            self._unwritten = progress
             return
+        self._step(progress)
+
+    def _step(self, progress: Mapping[str, Any]) -> None:
+        self._unwritten = None
         if self.verbosity is not Verbosity.QUIET:
             self._write(lines.step_line(progress))
         self._record(PROGRESS_PREFIX, progress)
@@ -86,6 +93,8 @@ class PlainConsole(LineWriter):
         self._record(PROGRESS_PREFIX, progress)
 
     def summary(self, summary: Mapping[str, Any], reports: list[str]) -> None:
+        if self._unwritten is not None:  # the last step's figures, so the log ends where the run did
+            self._step(self._unwritten)
         for line in lines.summary_lines(summary, reports):
             self._write(line)
         self._record(SUMMARY_PREFIX, summary)

@@ -235,7 +235,10 @@ def test_stop_a_longer_run_after_resubmitting_its_id(
     final = client.wait(run_id, timeout_s=120, poll_s=0.5)
     assert final.state is RunState.STOPPED
     assert final.step is not None and final.step < final.total_steps
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "stopped"
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["status"] == "stopped"
+    # the status and the step its figures come from are the summary's
+    assert final.step == final.metrics_step == saved["steps"]
     assert last_record(client.logs(run_id), SUMMARY_PREFIX)["status"] == "stopped"
     assert client.stop(run_id) is False  # already over
 

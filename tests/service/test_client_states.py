@@ -163,3 +163,27 @@ def test_a_succeeded_run_shows_its_summary_warnings():
     assert status.to_dict()["warnings"] == [warning]
     assert any(row.split() == ["warning", *warning.split()] for row in status_table(status).splitlines())
     assert status_from_job("r1", "SUCCEEDED", "", summary("succeeded")).warnings == []
+
+
+def test_each_figure_names_the_step_it_comes_from():
+    from service.client.render import status_table
+
+    logs = "\n".join(
+        [
+            progress(7, total=66, loss=-0.2615, reward_mean=0.04048),
+            progress(22, total=66, phase="eval", reward_mean=0.5),
+        ]
+    )
+    status = status_from_job("r1", "RUNNING", "", logs)
+    assert (status.step, status.metrics_step, status.eval_step) == (22, 7, 22)
+    assert status.to_dict()["metrics_step"] == 7
+    rows = {row.split()[0]: row.split()[1:] for row in status_table(status).splitlines()}
+    assert rows["loss"] == ["-0.2615", "(step", "7)"] and rows["reward_mean"] == ["0.04048", "(step", "7)"]
+    assert rows["eval.reward_mean"] == ["0.5", "(step", "22)"]
+
+
+def test_an_ended_run_shows_its_summarys_step():
+    logs = "\n".join([progress(34, total=66, loss=0.1), summary("stopped", steps=35, total_steps=66)])
+    status = status_from_job("r1", "STOPPED", "", logs)
+    assert (status.state, status.step, status.total_steps) == (RunState.STOPPED, 35, 66)
+    assert status.metrics_step == 34  # the figures still say which step they are of

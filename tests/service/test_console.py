@@ -67,6 +67,21 @@ def test_plain_console_prints_a_line_and_a_record_together_at_its_cadence():
     assert len(human) == len(records) == len(text) // 2
 
 
+def test_a_run_that_ends_between_its_lines_writes_its_last_step_before_the_summary():
+    out = io.StringIO()
+    console = PlainConsole(out, Verbosity.NORMAL, every_steps=3)
+    for step in range(1, 6):  # stopped at step 5 of 10: its line was not due
+        console.step(_progress(step))
+    console.summary({**SUMMARY, "status": "stopped", "steps": 5}, [])
+    records = [
+        json.loads(ln[len(PROGRESS_PREFIX) :])
+        for ln in out.getvalue().splitlines()
+        if ln.startswith(PROGRESS_PREFIX)
+    ]
+    assert [r["step"] for r in records] == [1, 4, 5]  # the last step's figures, for the client
+    assert last_record(out.getvalue(), SUMMARY_PREFIX)["steps"] == 5
+
+
 def test_quiet_keeps_the_records_warnings_and_summary_only():
     out = io.StringIO()
     console = PlainConsole(out, Verbosity.QUIET)
