@@ -1,4 +1,5 @@
-"""`python -m bench [--quick] --out DIR`: measure, then write DIR/bench.json and DIR/bench.md."""
+"""`python -m bench [--quick] [--sections ...] --out DIR`: measure, then write DIR/bench.json and DIR/bench.md
+(`python -m service.bench` runs the same)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     for key in HEADLINE_TARGETS:
         note = result["headline_notes"].get(key)
         print(f"{key:>24}: {fmt(result['headline'][key])}" + (f"  ({note})" if note else ""))
-    print(f"wrote {json_path} and {md_path}")
+    print(
+        f"wrote {json_path} and {md_path}; `python -m bench.publish --add {args.out}` puts them in the docs"
+    )
     failed = [s["title"] for s in result["sections"] if s["status"] == "error"]
     if failed:
         print(f"sections that failed: {failed}", file=sys.stderr)

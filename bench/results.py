@@ -166,25 +166,30 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"*{section['elapsed_s']:.0f} s; load average after: {section.get('load_average_at_end')}*",
                 "",
             ]
-        if section["status"] != "ok":
-            lines += [f"*{section['status']}*: {section['error']}", ""]
-        for table in section["tables"]:
-            lines += markdown_table(table)
-        lines += [f"![{figure['title']}]({figure['file']})\n" for figure in section.get("figures", [])]
-        lines += [f"- {note}" for note in section["notes"]]
-        if section["notes"]:
-            lines.append("")
+        lines += section_body(section)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _finite(obj: Any) -> Any:
+def section_body(section: dict[str, Any], figures_dir: str = "") -> list[str]:
+    """A section's status when it did not measure, its tables, its figures (files under
+    `figures_dir`) and its notes, as Markdown lines."""
+    lines = [f"*{section['status']}*: {section['error']}", ""] if section["status"] != "ok" else []
+    for table in section["tables"]:
+        lines += markdown_table(table)
+    for figure in section.get("figures", []):
+        lines += [f"![{figure['title']}]({figures_dir}{figure['file']})", ""]
+    lines += [f"- {note}" for note in section["notes"]]
+    return [*lines, ""] if section["notes"] else lines
+
+
+def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such numbers become null."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
+        return {str(k): finite(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -193,7 +198,7 @@ def write_results(result: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
-    json_path.write_text(json.dumps(_finite(result), indent=1, allow_nan=False) + "\n")
+    json_path.write_text(json.dumps(finite(result), indent=1, allow_nan=False) + "\n")
     md_path.write_text(render_markdown(result))
     if any(section.get("figures") for section in result["sections"]):
         from bench.plots import write_figures  # matplotlib only when a section has a figure

@@ -223,8 +223,10 @@ def test_every_section_runs_and_writes_the_contract(ray_cluster, tmp_path):
     json_path, md_path = write_results(result, tmp_path)
     data = json.loads(json_path.read_text())
     assert {"schema", "command", "mode", "machine", "headline", "headline_notes", "sections"} <= set(data)
-    for key in ("cpu_model", "usable_cores", "torch", "ray", "python", "gpu"):
-        assert key in data["machine"]
+    machine = data["machine"]
+    assert machine["kind"] and {"usable_cores", "memory_gib", "gpu", "versions"} <= set(machine)
+    assert {"vendor", "family", "model", "model_name", "flags"} <= set(machine["cpu"])
+    assert {"python", "torch", "ray"} <= set(machine["versions"])
     assert [s["status"] for s in data["sections"]] == ["ok"] * 8, [s["error"] for s in data["sections"]]
     assert set(data["headline"]) == HEADLINE_KEYS
     for key, value in data["headline"].items():
