@@ -17,7 +17,9 @@ from bench.runner import run_bench
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="smallest useful sizes (about 2 minutes on 2 CPUs)"
+        "--quick",
+        action="store_true",
+        help="every section at its smallest useful size, every headline key still measured",
     )
     parser.add_argument("--out", required=True, help="directory for bench.json and bench.md")
     parser.add_argument(

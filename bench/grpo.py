@@ -366,7 +366,7 @@ def _ablation_section(ablation: dict[str, dict[str, Any]], device: str, not_run:
     section["notes"] += [
         f"Peak memory: {method}; the reward workers' own memory is not included.",
         "Fused AdamW is on in every row: the trainer's non-finite guard relies on it.",
-        "Rows before the reference run the log-prob pass as it was: lm-head and log-softmax over every "
+        "Rows before the trimmed log-prob pass run it untrimmed: lm-head and log-softmax over every "
         "position, the entropy metric under autograd and for the reference model too.",
     ]
     section["data"] = {"rows": ablation}

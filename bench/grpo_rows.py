@@ -66,8 +66,8 @@ def shipped_settings(device: str) -> dict[str, Any]:
 
 
 def reference_rows() -> list[Row]:
-    """Baseline to the fp32 reference; every row before the reference runs the log-prob pass as it
-    was (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
+    """Baseline to the fp32 reference; the rows before the trimmed log-prob pass run it untrimmed
+    (lm-head and log-softmax over every position, entropy under autograd and for the reference)."""
     legacy = {"legacy_logprobs": True}
     mkl = {"model.linear_kernel": "torch"}  # torch's own fp32 products until the reference row
     unshared = {"model.shared_prefix": False, **mkl}  # also what the legacy pass does (and its FLOPs count)

@@ -49,7 +49,7 @@ MIN_PLIES, MAX_PLIES = 1, 4  # the reference work's openings (the fen task's def
 def legacy_completion_logprobs(
     model, rollout: Rollout, temperature: float, *, entropy: bool = True, shared_prefix: bool = False
 ):
-    """The log-prob pass as it was before it was trimmed (the ablation's rows before the reference):
+    """The untrimmed log-prob pass (the ablation's rows before the trimmed one):
     the lm-head and log-softmax over every position, the entropy under autograd, and computed for
     the reference pass too; every row's prompt run in full (`shared_prefix` is not taken)."""
     p = rollout.prompt_len

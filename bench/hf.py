@@ -10,7 +10,7 @@ GPT-2's `gelu_new` as transformers defines it, to show what `trainer/policy/hf_g
 Steps alternate between the policies so that load drifts hit them alike; medians are reported.
 
     hf_completions_per_s   completions per second of a whole GRPO step on the hf path
-    hf_vs_builtin          that over the built-in GPT's (the issue's target: >= 0.7)
+    hf_vs_builtin          that over the built-in GPT's (target: >= 0.7)
 """
 
 from __future__ import annotations

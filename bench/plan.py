@@ -50,11 +50,11 @@ class BenchPlan:
 
 
 def quick_plan() -> BenchPlan:
-    """Every section at its smallest useful size: about 2 minutes on 2 quiet CPUs (130 s measured)."""
+    """Every default section at its smallest useful size, each headline key still measured."""
     return BenchPlan(
         mode="quick",
         reward=RewardPlan(worker_counts=(1, 2), chunk_sizes=(256, 1024), repeats=3, dispatch_calls=50),
-        sampling=SamplingPlan(sizes=("tiny",), repeats=3),  # `small` without a cache alone took 40 s
+        sampling=SamplingPlan(sizes=("tiny",), repeats=3),  # `small` uncached: the slowest row
         train_step=TrainStepPlan(steps=3, warmup=1, emulated_bf16=False),
         grpo=GRPOPlan(steps=3, warmup=1, baseline_steps=1, sft_steps=100, extras=False, unshipped_rows=False),
         peer=PeerPlan(rounds=1, peer_steps=4),
@@ -73,7 +73,7 @@ def quick_plan() -> BenchPlan:
 
 
 def full_plan() -> BenchPlan:
-    """More repeats, the whole chunk sweep and section 4's extra rows (about 20 minutes on 2 CPUs)."""
+    """More repeats and rounds, every sweep and section 4's extra rows."""
     return BenchPlan(
         mode="full",
         reward=RewardPlan(worker_counts=worker_counts(), repeats=15, dispatch_calls=200),

@@ -69,7 +69,7 @@ class TrainStepPlan:
     warmup: int = 3
     rounds: int = 1  # each mode runs this many times, interleaved with the others
     seed: int = 0
-    emulated_bf16: bool = True  # measure bf16 on a CPU that only emulates it (smallest size; ~15 s a row)
+    emulated_bf16: bool = True  # measure bf16 on a CPU that only emulates it (smallest size only: it is slow)
     cuda_modes: dict[str, tuple[str, bool, bool, bool]] = field(default_factory=lambda: dict(CUDA_MODES))
 
 
