@@ -89,7 +89,10 @@ def field_at(root: type[BaseModel], key: str) -> Any:
         fields = section_fields(models)
         if part not in fields:
             section = ".".join(parts[:depth]) or "the top level"
-            raise ConfigError(f"{key}: unknown key {part!r}; allowed keys of {section}: {', '.join(fields)}")
+            raise ConfigError(
+                f"{key}: unknown key {part!r}; allowed keys of {section}: {', '.join(fields)}"
+                + keys_elsewhere(root, part)
+            )
         field = fields[part]
         models = variants(field)
     return field
@@ -137,7 +140,10 @@ def _extra_key(root: type[BaseModel], loc: Sequence[Any], value: Any) -> str:
     key, section = ".".join([*parts, str(name)]), ".".join(parts) or "the top level"
     chosen = next(iter(models)) if len(models) == 1 else None
     if chosen is None:
-        return f"{key}: unknown key {name!r}; allowed keys of {section}: {', '.join(section_fields(models))}"
+        allowed = ", ".join(section_fields(models))
+        return f"{key}: unknown key {name!r}; allowed keys of {section}: {allowed}" + keys_elsewhere(
+            root, name
+        )
     union = _walk(root, parent[:-1])[1]
     tag = tag_key(union)
     readers = [t for t, m in union.items() if name in m.model_fields]
@@ -147,7 +153,17 @@ def _extra_key(root: type[BaseModel], loc: Sequence[Any], value: Any) -> str:
             f"({section}.{tag} is {chosen!r}); remove it or set {section}.{tag}"
         )
     allowed = ", ".join(models[chosen].model_fields)
-    return f"{key}: unknown key {name!r}; allowed keys of {section} ({tag} {chosen!r}): {allowed}"
+    return (
+        f"{key}: unknown key {name!r}; allowed keys of {section} ({tag} {chosen!r}): {allowed}"
+        + keys_elsewhere(root, name)
+    )
+
+
+def keys_elsewhere(root: type[BaseModel], name: Any) -> str:
+    """'; did you mean sft.lr or optim.lr?' when other sections have a key of that name (a key given
+    in the wrong section: grpo.lr), else ''."""
+    found = list(dict.fromkeys(key for key, _, _ in leaf_keys(root) if key.rsplit(".", 1)[-1] == str(name)))
+    return f"; did you mean {' or '.join(found)}?" if found else ""
 
 
 def leaf_keys(root: type[BaseModel], prefix: str = "", variant: str = "") -> Iterator[tuple[str, str, Any]]:

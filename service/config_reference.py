@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import types
 import typing
@@ -259,7 +260,8 @@ def render_markdown(found: list[Entry] | None = None) -> str:
         f"Every key of a run's config ({len(found)} in all), by section: its type (with the allowed "
         "values and bounds), its default, the presets that set it, and what it does. Give them in a "
         "`--config` YAML file (sections as mappings) or one at a time with `--set section.key=value`; "
-        "`python -m service.train --help-config SECTION` prints one section. A section with "
+        "`python -m service.train --help-config SECTION` prints one section (or `KEY`, or a key's name "
+        "alone: every key of that name). A section with "
         "variants (`model` by `source`, `task` by `name`, ...) lists each variant's own keys.",
         "",
     ]
@@ -279,20 +281,34 @@ def render_markdown(found: list[Entry] | None = None) -> str:
 
 
 def render_section(section: str) -> str:
-    """One section as plain text, for `--help-config` (ValueError naming the sections otherwise)."""
+    """What `--help-config` prints: a section (`grpo`), a key (`grpo.beta`) or every key of a name
+    (`temperature`, `lr`), as plain text; ValueError naming the sections when nothing matches."""
     found = entries()
     sections = list(dict.fromkeys(e.section for e in found))
-    if section not in sections:
-        raise ValueError(f"--help-config: unknown section {section!r}; sections: {', '.join(sections)}")
-    settings = preset_settings()
+    name = section.rsplit(".", 1)[-1]
+    chosen = [e for e in found if e.section == section] or [e for e in found if _plain(e.key) == section]
     out = []
-    for e in (e for e in found if e.section == section):
+    if not chosen:  # a key's name alone, or a key given in another section than its own (grpo.lr)
+        chosen = [e for e in found if _plain(e.key).rsplit(".", 1)[-1] == name]
+        if chosen and name != section:
+            out.append(f"{section} is no key; the keys named {name!r}:")
+    if not chosen:
+        raise ValueError(
+            f"--help-config: no section, key or key name {section!r}; sections: {', '.join(sections)}"
+        )
+    settings = preset_settings()
+    for e in chosen:
         out.append(e.key + (f"  ({e.variant})" if e.variant else ""))
         out.append(f"    {e.type}; default {e.default}")
         if presets := _presets_of(e, settings):
             out.append(f"    presets: {presets}")
         out.append(f"    {e.description or '(no description)'}")
     return "\n".join(out)
+
+
+def _plain(key: str) -> str:
+    """A reference key as it is written in --set: `reward.user[].fn` -> `reward.user.fn`."""
+    return re.sub(r"\[\]|\.<[^>]+>", "", key)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--set: those that started it)",
     )
     parser.add_argument(
-        "--help-config", metavar="SECTION",
-        help="print every key of one config section (type, default, presets, description) and exit",
+        "--help-config", metavar="SECTION|KEY|NAME",
+        help="print every key of one config section (type, default, presets, description), one key "
+        "(grpo.beta), or every key of a name (temperature), and exit",
     )  # fmt: skip
     talk = parser.add_mutually_exclusive_group()
     talk.add_argument("--quiet", "-q", action="store_true", help="only warnings and the summary")
@@ -83,10 +84,12 @@ def _help_config(section: str) -> int:
     from service.config_reference import render_section
 
     try:
-        print(render_section(section))
+        print(render_section(section), flush=True)
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except BrokenPipeError:  # read by a pager or `head` that stopped early: nothing more to say
+        sys.stdout = None  # the interpreter's flush at exit would fail on the closed pipe again
     return 0
 
 

@@ -303,3 +303,19 @@ def test_ray_trains_workers_get_the_wait_policys_environment_on_a_cluster_joined
     passive = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
     assert build_trainer(cfg, None, None, passive).run_config.worker_runtime_env == {"env_vars": passive}
     assert not build_trainer(cfg, None, None, {}).run_config.worker_runtime_env
+
+
+def test_a_key_given_in_another_section_is_pointed_to_where_it_lives(tmp_path):
+    with pytest.raises(ConfigError) as by_set:
+        load_config("smoke", overrides=["grpo.lr=0.01"])
+    assert str(by_set.value).startswith("grpo.lr: unknown key 'lr'; allowed keys of grpo: steps, ")
+    assert str(by_set.value).endswith("; did you mean sft.lr or optim.lr?")
+    config = tmp_path / "run.yaml"
+    config.write_text("grpo:\n  temperature: 0.5\n")
+    with pytest.raises(
+        ConfigError, match=r"^grpo\.temperature: unknown key .*; did you mean sampling\.temperature\?$"
+    ):
+        load_config("smoke", str(config))
+    with pytest.raises(ConfigError) as nowhere:
+        load_config("smoke", overrides=["grpo.stepz=1"])
+    assert "did you mean" not in str(nowhere.value)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from service.config import ServiceConfig
 from service.config_reference import REFERENCE_PATH, entries, main, render_markdown, render_section
 from service.train import main as train_main
@@ -63,7 +65,23 @@ def test_help_config_prints_one_section_and_refuses_an_unknown_one(capsys):
     assert render_section("grpo") in out
     assert train_main(["--help-config", "nope"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("--help-config: unknown section 'nope'; sections: ") and "\n" not in err
+    assert err.startswith("--help-config: no section, key or key name 'nope'; sections: ") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("topic", "first", "keys"),
+    [
+        ("grpo.beta", "grpo.beta", ["grpo.beta"]),
+        ("temperature", "sampling.temperature", ["sampling.temperature"]),
+        ("lr", "sft.lr", ["sft.lr", "optim.lr"]),
+        ("grpo.lr", "grpo.lr is no key; the keys named 'lr':", ["sft.lr", "optim.lr"]),
+        ("reward.user.fn", "reward.user[].fn", ["reward.user[].fn"]),
+    ],
+)
+def test_help_config_takes_a_key_or_a_keys_name(capsys, topic, first, keys):
+    assert train_main(["--help-config", topic]) == 0
+    headers = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert headers == ([] if first in keys else [first]) + keys  # each key's lines below its own
 
 
 def test_a_check_against_a_stale_file_fails(tmp_path, capsys):
