@@ -27,6 +27,7 @@ from typing import Any
 import ray
 
 from actors.pool.reward_pool import RewardPool
+from actors.pool.worker_pool import WorkerPool
 from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec
 from actors.run.omp_env import apply_wait_policy, cluster_wait_policy
@@ -266,8 +267,10 @@ class RunDriver:
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             self._scorer = self.task.scorer()
-            if self._scorer is not None:  # an environment task's episodes are their own rewards
+            if self._scorer is not None:
                 pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
+            elif (episodes := self.task.episode_server()) is not None:  # an environment's, on the pool
+                pool = WorkerPool.create(episodes, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
             if status in ("succeeded", "stopped") and self.cfg.model.source == "hf":
                 self._export()
@@ -375,7 +378,7 @@ class RunDriver:
         return written
 
 
-def _shutdown(pool: RewardPool | None, control: Any, started_ray: bool) -> None:
+def _shutdown(pool: RewardPool | WorkerPool | None, control: Any, started_ray: bool) -> None:
     if pool is not None:
         pool.shutdown()
     if control is not None:

@@ -1,10 +1,10 @@
-"""Compact, exact encoding of a list of `ScoreResult`s for the trip from a worker to the pool.
+"""Compact, exact encoding of a list of `ScoreResult`s for the trip from a reward worker to the pool.
 
 A list of dataclasses pickles object by object; columns of numbers pickle as a few buffers. A
 chunk's results become `EncodedResults`: totals and status codes as arrays, components as a
 value matrix with a presence mask (absent components stay absent), reasons, texts and infos only
-where set.
-`decode` gives back results equal to the encoded ones.
+where set, with what the rewards logged during the call. `decode` gives back results equal to
+the encoded ones.
 """
 
 from __future__ import annotations
@@ -36,12 +36,8 @@ class EncodedResults:
     # The components the scorer names as its own (`Scorer.component_names`), whose means a step
     # reports; others a result carries (the code task's `sandbox_<status>` flags) are not averaged.
     reported: tuple[str, ...] = ()
-    # What the worker's process reported with the results (set by the worker, not by `encode`):
-    worker_rss_mb: float | None = None  # its resident memory after the call
-    busy_s: float | None = None  # the call's wall time inside the worker (scoring and encoding)
-    output: str = ""  # the first bytes the call's rewards printed (stdout and stderr)
-    output_bytes: int = 0  # every byte they printed, kept or not
-    logged: dict[str, tuple[float, float]] = field(default_factory=dict)  # log_metric: name -> (sum, count)
+    # What the call's rewards logged with log_metric (set by the worker, not by `encode`): name -> (sum, count)
+    logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.totals.shape[0])
@@ -54,6 +50,12 @@ class EncodedResults:
     def values(self) -> list[float]:
         """[n] total per item."""
         return self.totals.tolist()
+
+    def count_status(self, status: str) -> int:
+        """Items with `status`."""
+        if status not in self.status_names:
+            return 0
+        return int((self.status_codes == self.status_names.index(status)).sum())
 
 
 def encode(results: Sequence[ScoreResult], reported: Sequence[str] = ()) -> EncodedResults:
@@ -150,10 +152,3 @@ def block_extras(blocks: Sequence[EncodedResults]) -> dict[int, dict[str, Any]]:
         out.update({offset + i: info[LOG_EXTRA] for i, info in block.infos.items() if LOG_EXTRA in info})
         offset += len(block)
     return out
-
-
-def count_status(enc: EncodedResults, status: str) -> int:
-    """Items of `enc` with `status`."""
-    if status not in enc.status_names:
-        return 0
-    return int((enc.status_codes == enc.status_names.index(status)).sum())

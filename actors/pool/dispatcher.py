@@ -1,11 +1,14 @@
 """The pool's dispatcher: sends queued chunks to workers and handles what comes back.
 
-Why a background thread: scoring has to progress while the trainer is busy sampling the next
+Each chunk is one `call(fn, items)` on a worker (`RewardWorker.call`); what it runs is the client's
+(scores, episode steps), the deadlines, faults and recycling are the same for every call.
+Why a background thread: calls have to progress while the trainer is busy sampling the next
 micro-batch and not calling into the pool. The thread sits in one `ray.wait` over every call in
 flight (never `ray.get` in a loop), refills a worker the moment a call finishes, enforces each
 call's deadline, and pings killed workers until they are back (`worker_health.py`). A worker whose resident memory passes
 `pool.max_worker_rss_mb` after a call takes no new calls, finishes those it has, and is then
-replaced by a fresh process (recycled). `submit` also dispatches at once what fits, so
+replaced by a fresh process (recycled). Workers join (`add`) and leave (`retire`: no new calls,
+gone once those it has are done) between calls. `enqueue` also dispatches at once what fits, so
 a chunk starts without waiting for the thread's next look. All state is guarded by one lock;
 Ray calls from two threads are safe.
 """
@@ -22,16 +25,16 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from actors.pool.codec import EncodedResults, count_status, failed_block
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
 from actors.pool.item_cost import ItemCost
 from actors.pool.metrics import PoolMetrics, RateWindow
-from actors.pool.work import Chunk, Fault, after_fault
+from actors.pool.work import Chunk, Failed, Fault, after_fault, count_status
+from actors.pool.worker import Reply
 from actors.pool.worker_health import WorkerHealth, kill_worker
 from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
 from actors.pool.worker_watch import output_notice
-from rewards import ERROR
+from rewards.result import ERROR
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +59,12 @@ class Dispatcher:
         self._health = WorkerHealth(slots, cfg, metrics, owns_workers)
         self._fatal: str | None = None
         self.recycled = 0
-        self.items_scored = 0
-        self.output_bytes = 0  # printed by the rewards on the workers (captured, not shown)
+        self.items_done = 0
+        self.output_bytes = 0  # printed by the calls on the workers (captured, not shown)
         self._notices: list[str] = []  # one-off lines for the run's console, until taken
         self._said_output = self._said_recycle = False
         self._rate = RateWindow()
-        self.item_cost = ItemCost()  # the workers' scoring time per item: how far a submission spreads
+        self.item_cost = ItemCost()  # the workers' time per item: how far a submission spreads
         self._next_turn = 0  # the worker first in line among equally loaded ones
         self._next_gauge_at = 0.0
         self._stop = threading.Event()
@@ -95,6 +98,27 @@ class Dispatcher:
             self._dispatch_locked(time.monotonic())
         self._wake.set()
 
+    def add(self, slot: WorkerSlot) -> None:
+        """A worker joins the pool: it takes calls once it answers a ping (`WorkerHealth`)."""
+        with self._lock:
+            if self._fatal:
+                raise RewardPoolUnavailable(self._fatal)
+            self.slots.append(slot)
+        self._wake.set()
+
+    def retire(self, name: str) -> None:
+        """The worker `name` takes no new calls and leaves the pool once those it has are done (its
+        actor killed when this pool created it); its queued calls stay its own until then."""
+        with self._lock:
+            slot = next((s for s in self.slots if s.name == name and not s.retiring), None)
+            if slot is None:
+                raise ValueError(f"no worker named {name!r} in this pool")
+            if all(s.retiring for s in self.slots if s is not slot):
+                raise ValueError(f"{name!r} is the pool's last worker: a pool keeps at least one")
+            slot.retiring = True
+            self._let_retired_go_locked()
+        self._wake.set()
+
     def wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Block until `done()` (checked under the lock) or timeout; raises if the pool is down."""
         deadline = time.monotonic() + timeout_s
@@ -114,7 +138,7 @@ class Dispatcher:
             return {
                 "queued_items": sum(len(c) for c in self._queue),
                 "in_flight_items": sum(s.items_in_flight for s in self.slots),
-                "items_scored": self.items_scored,
+                "items_scored": self.items_done,
                 "items_per_s": self._rate.rate(time.monotonic()),
                 "seconds_per_item": self.item_cost.seconds_per_item,  # measured by the workers; None before
                 "worker_restarts": self.restarts,
@@ -173,6 +197,7 @@ class Dispatcher:
                 self._on_outcome_locked(ref, ok, value, now)
             self._check_deadlines_locked(now)
             self._health.check_down_workers(now)
+            self._let_retired_go_locked()
             self._fatal = self._fatal or self._health.fatal
             self._dispatch_locked(now)
             self._update_gauges_locked(now)
@@ -196,7 +221,7 @@ class Dispatcher:
             if slot is None:
                 return
             chunk = self._queue.popleft()
-            ref = slot.handle.score_chunk.remote(chunk.payload, chunk.lo, chunk.hi)
+            ref = slot.handle.call.remote(chunk.fn, chunk.payload, chunk.lo, chunk.hi)
             call = Call(ref, chunk, started_at=None if slot.calls else now)
             slot.calls.append(call)
             self._calls[ref] = (slot, call)
@@ -205,7 +230,7 @@ class Dispatcher:
 
     def _preferred_locked(self, chunk: Chunk) -> WorkerSlot | None:
         """The chunk's own worker (episodes whose state it holds) when it takes the call now."""
-        if chunk.prefer is None:
+        if chunk.prefer is None or not self.slots:
             return None
         slot = self.slots[chunk.prefer % len(self.slots)]
         return slot if slot.takes(chunk, self._cfg.max_in_flight_per_worker) else None
@@ -214,11 +239,14 @@ class Dispatcher:
         """The free worker with the least work; among equals, the next after the one that took the
         last call. Taking turns keeps every worker in use when a step's items fit one call
         (`pool.spread_min_s`), so a worker that died is met at its next turn, not never."""
-        free = [s for s in self.slots if s.takes(chunk, self._cfg.max_in_flight_per_worker)]
         n, turn = len(self.slots), self._next_turn
-        slot = min(free, key=lambda s: (s.items_in_flight, len(s.calls), (s.index - turn) % n), default=None)
-        if slot is not None:
-            self._next_turn = (slot.index + 1) % n
+        free = [
+            (i, s) for i, s in enumerate(self.slots) if s.takes(chunk, self._cfg.max_in_flight_per_worker)
+        ]
+        if not free:
+            return None
+        at, slot = min(free, key=lambda f: (f[1].items_in_flight, len(f[1].calls), (f[0] - turn) % n))
+        self._next_turn = (at + 1) % n
         return slot
 
     # ---- results and faults -----------------------------------------------------------------
@@ -262,37 +290,39 @@ class Dispatcher:
     def _finish_call_locked(self, slot: WorkerSlot, call: Call, ok: bool, value: Any, now: float) -> None:
         del self._calls[call.ref]
         slot.remove(call, now)
+        n = len(call.chunk)
         if not ok:
-            value = failed_block(
-                len(call.chunk), ERROR, f"reward call failed: {type(value).__name__}: {value}"[:800]
-            )
-        elif not isinstance(value, EncodedResults) or len(value) != len(call.chunk):
-            bad = f"{type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}"
-            value = failed_block(len(call.chunk), ERROR, f"worker {slot.name} returned {bad}")
-        self._deliver_locked(call.chunk, value, now)
-        self._note_worker_locked(slot, value)
-        self._metrics.scored(slot.name, len(value), count_status(value, ERROR))
-        self._rate.add(now, len(value))
-        self.items_scored += len(value)
+            results: Any = Failed(n, ERROR, f"reward call failed: {type(value).__name__}: {value}"[:800])
+        elif not isinstance(value, Reply) or len(value) != n:
+            got = value.results if isinstance(value, Reply) else value
+            bad = f"{type(got).__name__} of length {len(got) if hasattr(got, '__len__') else '?'}"
+            results = Failed(n, ERROR, f"worker {slot.name} returned {bad}")
+        else:
+            results = value.results
+            self._note_worker_locked(slot, value)
+        self._deliver_locked(call.chunk, results, now)
+        self._metrics.scored(slot.name, n, count_status(results, ERROR))
+        self._rate.add(now, n)
+        self.items_done += n
 
-    def _deliver_locked(self, chunk: Chunk, block: EncodedResults, now: float) -> None:
-        chunk.ticket.add_block(chunk.ticket_offset, block, now)
+    def _deliver_locked(self, chunk: Chunk, results: Any, now: float) -> None:
+        chunk.ticket.add_block(chunk.ticket_offset, results, now)
 
-    def _note_worker_locked(self, slot: WorkerSlot, block: EncodedResults) -> None:
-        """What the worker reported beside the results: its memory, what its rewards printed."""
-        if block.busy_s is not None:
-            self.item_cost.add(block.busy_s, len(block))
-        if block.output_bytes:
-            self.output_bytes += block.output_bytes
+    def _note_worker_locked(self, slot: WorkerSlot, reply: Reply) -> None:
+        """What the worker reported beside the results: its busy time, its memory, what the call printed."""
+        if reply.busy_s is not None:
+            self.item_cost.add(reply.busy_s, len(reply))
+        if reply.output_bytes:
+            self.output_bytes += reply.output_bytes
             if not self._said_output:
                 self._said_output = True
-                self._notices.append(output_notice(slot.name, block.output, block.output_bytes))
-        if block.worker_rss_mb is None:
+                self._notices.append(output_notice(slot.name, reply.output, reply.output_bytes))
+        if reply.worker_rss_mb is None:
             return
-        slot.rss_mb = block.worker_rss_mb
-        self._metrics.worker_rss(slot.name, block.worker_rss_mb)
+        slot.rss_mb = reply.worker_rss_mb
+        self._metrics.worker_rss(slot.name, reply.worker_rss_mb)
         limit = self._cfg.max_worker_rss_mb
-        if limit is not None and block.worker_rss_mb > limit and slot.state is WorkerState.HEALTHY:
+        if limit is not None and reply.worker_rss_mb > limit and slot.state is WorkerState.HEALTHY:
             slot.recycling = True  # no new calls; recycled once those it has are done
 
     def _recycle_locked(self, slot: WorkerSlot, now: float) -> None:
@@ -313,6 +343,15 @@ class Dispatcher:
             )
         kill_worker(slot.handle, restart=True)
         slot.recycle(now)
+
+    def _let_retired_go_locked(self) -> None:
+        """Retiring workers with no call left leave the pool."""
+        for slot in [s for s in self.slots if s.retiring and not s.calls]:
+            self.slots.remove(slot)
+            self._health.forget(slot)
+            if self._owns_workers:
+                kill_worker(slot.handle, restart=False)
+            logger.info("reward worker %s left the pool", slot.name)
 
     def _check_deadlines_locked(self, now: float) -> None:
         for slot in self.slots:
@@ -340,7 +379,7 @@ class Dispatcher:
             return
         requeue: list[Chunk] = []
         outcome = after_fault(calls[0].chunk, fault, self._cfg)
-        if isinstance(outcome, EncodedResults):
+        if isinstance(outcome, Failed):
             self._deliver_locked(calls[0].chunk, outcome, now)
         else:
             requeue.extend(outcome)

@@ -1,13 +1,15 @@
-"""Episodes played on the reward pool: the sampler's episode host when environments run there.
+"""Episodes played on the pool's workers: the sampler's episode host when environments run there.
 
-Each episode is given a worker (sample i of a batch: worker i mod the pool's size) and every call
-of it (start, each step, close) is sent there, so its state stays in that worker's process; the
+The workers keep a `rewards.env.remote.EpisodeServer`, and each episode's calls are calls of their
+own kind on the pool (`WorkerPool.call` of `EpisodeServer.start`, `.step`, `.close`), each giving
+back an `EpisodeStep`. Each episode is given a worker (sample i of a batch: worker i mod the pool's
+size) and every call of it is sent there, so its state stays in that worker's process; the
 episodes of a batch that ended a turn at the same decoding step go out together, one call per
-worker, and are stepped side by side. The pool treats these calls like any scoring: a call past
-its deadline kills and replaces its worker and the episode ends `timeout`; a worker that dies is
+worker, and are stepped side by side. The pool treats these calls like any other: a call past its
+deadline kills and replaces its worker and the episode ends `timeout`; a worker that dies is
 replaced and the call runs again on a healthy worker, which rebuilds the episode by replaying its
-recorded actions (`rewards.env.remote`). Here each episode is mirrored by an `EpisodeRecord`, so
-the results read as the in-process host's (`rewards.env.host.LocalEpisodes`).
+recorded actions. Here each episode is mirrored by an `EpisodeRecord`, so the results read as the
+in-process host's (`rewards.env.host.LocalEpisodes`).
 """
 
 from __future__ import annotations
@@ -17,23 +19,26 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.pool.reward_pool import RewardPool
-from rewards.env.episode import (
-    ENV_ERROR,
-    FAILED_EPISODE_STATUSES,
-    EpisodeRecord,
-    EpisodeResult,
-    failure_reasons,
+from actors.pool.work import Failed
+from actors.pool.worker_pool import WorkerPool
+from rewards.env.calls import (
+    EpisodeCall,
+    EpisodeStep,
+    check_first_observation,
+    failed_call,
+    keep_episode_info,
+    record_step,
 )
-from rewards.env.remote import CLOSE, START, STEP, apply_call, call_item, keep_episode_info
+from rewards.env.episode import FAILED_EPISODE_STATUSES, EpisodeRecord, EpisodeResult, failure_reasons
+from rewards.env.remote import EpisodeServer
 
 
 class PoolEpisodes:
-    """The episodes of one sampling batch, played on the reward pool's workers."""
+    """The episodes of one sampling batch, played on the pool's workers."""
 
     def __init__(
         self,
-        pool_of: Callable[[], RewardPool],
+        pool_of: Callable[[], WorkerPool],
         *,
         max_turns: int,
         reward_mode: str = "sum",
@@ -61,26 +66,30 @@ class PoolEpisodes:
             EpisodeRecord(max_turns=self.max_turns, reward_mode=self.reward_mode) for _ in range(n)
         ]
         self._open = set(range(n))
-        replies = self._calls(START, {i: "" for i in range(n)})
+        calls = {i: EpisodeCall.start(self._keys[i], self._rows[i]) for i in range(n)}
+        steps = self._receive(*self._send(EpisodeServer.start, calls))
         for i, prompt in enumerate(p for p in prompts for _ in range(group_size)):
-            first, over = replies[i]
-            if not over and first != prompt:
-                self._records[i].fail(
-                    ENV_ERROR, f"reset gave {first[:60]!r}, not the row's prompt {prompt[:60]!r}: "
-                    "an environment's reset must depend on its row alone"
-                )  # fmt: skip
+            first, over = record_step(self._records[i], steps[i])
+            if not over:
+                check_first_observation(self._records[i], first, prompt)
         return [not r.over for r in self._records]
 
     def step(self, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
-        return self._calls(STEP, actions)
+        return self.collect(self.submit(actions))
 
     def submit(self, actions: Mapping[int, str]) -> Any:
         """`step` without waiting: the calls go out; `collect` their answers later."""
-        return self._send(STEP, actions), dict(actions)
+        calls = {
+            i: EpisodeCall.step(self._keys[i], self._rows[i], self._records[i], action)
+            for i, action in actions.items()
+        }
+        return self._send(EpisodeServer.step, calls), dict(actions)
 
     def collect(self, handle: Any) -> dict[int, tuple[str, bool]]:
-        (order, ticket), actions = handle
-        return self._receive(STEP, actions, order, ticket)
+        sent, actions = handle
+        return {
+            i: record_step(self._records[i], step, actions[i]) for i, step in self._receive(*sent).items()
+        }
 
     def fresh(self) -> PoolEpisodes:
         """Another host on the same pool, for a micro-batch decoded beside this one's."""
@@ -97,42 +106,36 @@ class PoolEpisodes:
         return sum(r.status in FAILED_EPISODE_STATUSES for r in self._records)
 
     def finish(self, cut: Mapping[int, tuple[str, str | None]]) -> list[EpisodeResult]:
-        still_held = {i: "" for i in sorted(self._open)}
+        still_held = {i: EpisodeCall.close(self._keys[i]) for i in sorted(self._open)}
         if still_held:  # episodes the sampler ended (budget, EOS) or refused: the workers let them go
-            self._calls(CLOSE, still_held)
+            for i, step in self._receive(*self._send(EpisodeServer.close, still_held)).items():
+                keep_episode_info(self._records[i], step)
+            self._open.clear()
         results = [r.result(*cut.get(i, (None, None))) for i, r in enumerate(self._records)]
         self.failure_reasons = failure_reasons(results)
         self._records, self._keys, self._rows = [], [], []
         return results
 
-    def _calls(self, kind: str, actions: Mapping[int, str]) -> dict[int, tuple[str, bool]]:
-        """One call of each episode in `actions` (its action), sent to its worker; returns each
-        one's (observation, over) and keeps its record."""
-        return self._receive(kind, actions, *self._send(kind, actions))
-
-    def _send(self, kind: str, actions: Mapping[int, str]) -> tuple[list[int], Any]:
+    def _send(self, fn: Callable[..., Any], calls: Mapping[int, EpisodeCall]) -> tuple[list[int], Any]:
+        """One call of each episode in `calls`, sent to its worker: (the episodes in sent order,
+        the pool's ticket)."""
         pool = self._pool_of()
-        order = sorted(actions, key=lambda i: (i % pool.cfg.num_workers, i))  # one run of calls per worker
-        items = [call_item(kind, self._keys[i], self._rows[i], self._records[i]) for i in order]
-        workers = [i % pool.cfg.num_workers for i in order]
-        return order, pool.submit(
-            [actions[i] for i in order], [None] * len(order), fields=items, workers=workers
-        )
+        size = pool.num_workers
+        order = sorted(calls, key=lambda i: (i % size, i))  # one run of calls per worker
+        ticket = pool.call(fn, ([calls[i] for i in order],), workers=[i % size for i in order])
+        return order, ticket
 
-    def _receive(
-        self, kind: str, actions: Mapping[int, str], order: list[int], ticket: Any
-    ) -> dict[int, tuple[str, bool]]:
-        results = self._pool_of().collect_results(
-            [ticket], enforce_error_rate=False
-        )  # the trainer counts them
-        replies: dict[int, tuple[str, bool]] = {}
-        for i, result in zip(order, results, strict=True):
-            if kind == CLOSE:
-                self._open.discard(i)
-                if result.status == "ok":
-                    keep_episode_info(self._records[i], result)
-                continue
-            replies[i] = apply_call(self._records[i], kind, actions[i], result)
-            if result.components.get("over") or result.status != "ok":
+    def _receive(self, order: list[int], ticket: Any) -> dict[int, EpisodeStep]:
+        """Each episode's step (the trainer's failure policy counts the failed ones); an episode
+        that ended is no longer held by its worker."""
+        blocks, _ = self._pool_of().results([ticket])
+        steps = [s for block in blocks for s in _steps(block)]
+        for i, step in zip(order, steps, strict=True):
+            if step.done:
                 self._open.discard(i)  # the worker let it go already
-        return replies
+        return dict(zip(order, steps, strict=True))
+
+
+def _steps(block: Sequence[EpisodeStep] | Failed) -> Sequence[EpisodeStep]:
+    """A chunk's steps; those of a call the pool could not complete, as failed steps."""
+    return [failed_call(block.status, block.reason)] * len(block) if isinstance(block, Failed) else block

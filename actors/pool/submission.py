@@ -1,4 +1,4 @@
-"""What a submission sends: its items checked, and each chunk's payload by value or by reference."""
+"""What a call sends: its items checked, and each chunk's payload by value or by reference."""
 
 from __future__ import annotations
 
@@ -8,51 +8,50 @@ from typing import Any
 
 import ray
 
-_INLINE_PAYLOAD_BYTES = 96 * 1024
+_INLINE_PAYLOAD_BYTES = 96 * 1024  # just below Ray's inline limit for call arguments (100 KiB)
 
 
-def check_items(completions: Any, targets: Any, group_ids: Any) -> int:
-    for name, seq in (("completions", completions), ("targets", targets)):
+def check_columns(columns: Sequence[tuple[str, Any]], group_ids: Any = None) -> int:
+    """The number of items of named columns (name, sequence), one entry per item each; TypeError or
+    ValueError (one line naming the column) otherwise."""
+    n: int | None = None
+    first = ""
+    for name, seq in columns:
         if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
             raise TypeError(f"{name} must be a list or tuple of items, got {type(seq).__name__}")
-    if len(completions) != len(targets):
-        raise ValueError(
-            f"got {len(completions)} completions and {len(targets)} targets: need one target each"
-        )
-    if group_ids is not None and len(group_ids) != len(completions):
-        raise ValueError(f"got {len(group_ids)} group_ids for {len(completions)} completions: need one each")
-    return len(completions)
+        if n is None:
+            n, first = len(seq), name
+        elif len(seq) != n:
+            raise ValueError(f"got {n} {first} and {len(seq)} {name}: need one each")
+    n = n or 0
+    if group_ids is not None and len(group_ids) != n:
+        raise ValueError(f"got {len(group_ids)} group_ids for {n} {first}: need one each")
+    return n
 
 
-def chunk_payload(
-    completions: Sequence[Any], targets: Sequence[Any], fields: Sequence[Any] | None, start: int
-) -> Any:
-    """A chunk's (completions, targets[, fields]): by value when small, else once into the object store.
+def chunk_payload(columns: Sequence[Sequence[Any]], start: int) -> Any:
+    """A chunk's columns: by value when small, else once into the object store.
 
     Ray copies a small argument into the call itself (no store round trip: ~1 ms saved per call);
     a large one it would put in the store on every call, so it is put once here and a retried or
-    split chunk reuses it. Items without fields (the FEN task) travel as a pair, as they always have.
+    split chunk reuses it.
     """
-    payload = (
-        (list(completions), list(targets))
-        if fields is None
-        else (list(completions), list(targets), list(fields))
-    )
-    # Only plain payloads go inline: all-str items, or fields (data read from JSON) that have been
-    # pickled once here. Anything else might not pickle, and that must fail here, in submit, not
-    # later in the dispatcher thread (which would take the whole pool down).
-    if fields is None:
-        approx_bytes = sum(len(x) + 16 if isinstance(x, str) else 64 for part in payload for x in part)
-        if approx_bytes < _INLINE_PAYLOAD_BYTES and all(isinstance(x, str) for part in payload for x in part):
+    payload = tuple(list(column) for column in columns)
+    # Only plain payloads go inline: all-str items, or others (data read from JSON, episode calls)
+    # that have been pickled once here. Anything else might not pickle, and that must fail here,
+    # in the caller, not later in the dispatcher thread (which would take the whole pool down).
+    if all(isinstance(x, str) for column in payload for x in column):
+        approx_bytes = sum(len(x) + 16 for column in payload for x in column)
+        if approx_bytes < _INLINE_PAYLOAD_BYTES:
             return payload
     elif _pickles_small(payload):
         return payload
     try:
         return ray.put(payload)
     except Exception as exc:
-        stop = start + len(completions)
+        stop = start + (len(payload[0]) if payload else 0)
         raise TypeError(
-            f"items [{start}:{stop}] cannot be sent to the reward workers: {type(exc).__name__}: {exc}"
+            f"items [{start}:{stop}] cannot be sent to the pool's workers: {type(exc).__name__}: {exc}"
         ) from exc
 
 

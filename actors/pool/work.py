@@ -1,9 +1,11 @@
 """The pool's units of work and its fault policy, free of Ray so they are tested directly.
 
-A `Ticket` is one submission; its items are cut into `Chunk`s (slices of a payload: the chunk's
-items, by value or in the object store). `after_fault` decides what a chunk that timed out or lost
-its worker becomes: the same chunk again, smaller pieces (to isolate a poison item), or a final
-`timeout` / `error` block.
+A `Ticket` is one `call(fn, items)`: its items are cut into `Chunk`s (slices of a payload: the
+items' columns, by value or in the object store), each run by `fn` on a worker. A chunk's results
+come back as a block: what `fn` returned (one result per item), or `Failed` when the pool could
+not complete its call. `after_fault` decides what a chunk that timed out or lost its worker
+becomes: the same chunk again, smaller pieces (to isolate a poison item), or `Failed` with
+`timeout` / `error`. Each client reads the blocks of its own calls (scores, episode steps).
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from actors.pool.codec import EncodedResults, failed_block
 from actors.pool.config import PoolConfig
-from rewards import ERROR, TIMEOUT
+from rewards.result import ERROR, TIMEOUT
 
 _ticket_ids = itertools.count()
 
@@ -26,8 +27,34 @@ class Fault(enum.Enum):
     DIED = "died"  # the worker process died while the call ran
 
 
+@dataclass(frozen=True)
+class Failed:
+    """The results of `n` items whose call the pool could not complete: each has `status`
+    (`timeout`: it passed its deadline; `error`: its worker kept dying, or the call failed) and
+    `reason`. A client turns them into results of its own kind."""
+
+    n: int
+    status: str
+    reason: str
+
+    def __len__(self) -> int:
+        return self.n
+
+    def count_status(self, status: str) -> int:
+        return self.n if status == self.status else 0
+
+
+def count_status(results: Any, status: str) -> int:
+    """Items of a call's results with `status`: a block that counts its own (`count_status`: the
+    scores' columns, `Failed`), else a sequence of results that each carry `.status`."""
+    own = getattr(results, "count_status", None)
+    if callable(own):
+        return own(status)
+    return sum(1 for r in results if getattr(r, "status", None) == status)
+
+
 class Ticket:
-    """One submission: its items' results arrive in blocks and are read back in order."""
+    """One call over a list of items: their results arrive in blocks and are read back in order."""
 
     def __init__(self, pool_id: int, size: int, group_ids: Sequence[Any] | None, now: float):
         self.ticket_id = next(_ticket_ids)
@@ -39,14 +66,14 @@ class Ticket:
         self.done_at: float | None = now if size == 0 else None
         self.retries = 0  # chunk dispatches caused by faults
         self.deadline_kills = 0  # calls of this ticket killed at their deadline
-        self._blocks: list[tuple[int, EncodedResults]] = []
+        self._blocks: list[tuple[int, Any]] = []
         self._remaining = size
 
     @property
     def done(self) -> bool:
         return self._remaining == 0
 
-    def add_block(self, offset: int, block: EncodedResults, now: float) -> None:
+    def add_block(self, offset: int, block: Any, now: float) -> None:
         """Results of items [offset, offset + len(block)) of this ticket."""
         self._blocks.append((offset, block))
         self._remaining -= len(block)
@@ -55,8 +82,9 @@ class Ticket:
         if self._remaining == 0:
             self.done_at = now
 
-    def blocks(self) -> list[EncodedResults]:
-        """All result blocks in item order (only meaningful once done)."""
+    def blocks(self) -> list[Any]:
+        """All result blocks in item order (only meaningful once done): what the calls' function
+        returned, or `Failed`."""
         return [b for _, b in sorted(self._blocks, key=lambda ob: ob[0])]
 
     def __repr__(self) -> str:
@@ -65,17 +93,20 @@ class Ticket:
 
 @dataclass(eq=False)
 class Chunk:
-    """Items [lo, hi) of a payload (completions, targets) that starts at `offset` in its ticket."""
+    """Items [lo, hi) of a payload that starts at `offset` in its ticket, run by `fn` on a worker."""
 
     ticket: Ticket
-    payload: Any  # (completions, targets), or a ray.ObjectRef of them; opaque here
+    fn: Any  # what the worker runs on them (`RewardWorker.call`)
+    payload: Any  # the items' columns, or a ray.ObjectRef of them; opaque here
     offset: int
     lo: int
     hi: int
     suspect: bool = False  # already failed once: a further fault splits it at once
     alone_faults: int = 0  # faults suffered as a single item
     history: list[str] = field(default_factory=list)  # faults so far, for the final reason
-    prefer: int | None = None  # the worker (slot index) this chunk goes to when it can take it
+    prefer: int | None = (
+        None  # the worker (its place among the pool's, modulo their number) it goes to when free
+    )
 
     def __len__(self) -> int:
         return self.hi - self.lo
@@ -116,11 +147,11 @@ def split(chunk: Chunk, parts: int) -> list[Chunk]:
     ]
 
 
-def after_fault(chunk: Chunk, fault: Fault, cfg: PoolConfig) -> list[Chunk] | EncodedResults:
+def after_fault(chunk: Chunk, fault: Fault, cfg: PoolConfig) -> list[Chunk] | Failed:
     """What to do with a chunk whose call failed: chunks to queue again, or its final results.
 
     - A worker that died under a chunk for the first time is blamed on the worker (kill -9, OOM):
-      the same chunk runs again on a healthy worker, so the step's rewards do not change.
+      the same chunk runs again on a healthy worker, so its results do not change.
     - A timeout, or a second death, is blamed on the items: the chunk is split so that the
       innocent items score normally and the poison one ends up alone.
     - A single item is run again up to `max_retries` times, then gets status `timeout` (it hung)
@@ -136,6 +167,6 @@ def after_fault(chunk: Chunk, fault: Fault, cfg: PoolConfig) -> list[Chunk] | En
     runs = len(history)
     if fault is Fault.TIMEOUT:
         reason = f"scoring did not finish within chunk_timeout_s={cfg.chunk_timeout_s:g}s (ran {runs} times)"
-        return failed_block(1, TIMEOUT, reason)
+        return Failed(1, TIMEOUT, reason)
     reason = f"the reward worker process died while scoring this item ({history.count('died')} times)"
-    return failed_block(1, ERROR, reason)
+    return Failed(1, ERROR, reason)

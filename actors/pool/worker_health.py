@@ -78,6 +78,12 @@ class WorkerHealth:
         slot.state = WorkerState.HEALTHY
         self._died_pings.pop(slot.index, None)
 
+    def forget(self, slot: WorkerSlot) -> None:
+        """The worker left the pool: no ping of it is awaited any more."""
+        self.pings.pop(slot.ping_ref, None)
+        slot.ping_ref = None
+        self._died_pings.pop(slot.index, None)
+
     def check_down_workers(self, now: float) -> None:
         """A worker down for longer than its start or restart limit is dead."""
         for slot in self._slots:

@@ -19,9 +19,9 @@ class WorkerState(enum.Enum):
 
 @dataclass(eq=False)
 class Call:
-    """One score_chunk call in flight."""
+    """One call of a worker in flight (`RewardWorker.call`)."""
 
-    ref: Any  # ray.ObjectRef of its EncodedResults
+    ref: Any  # ray.ObjectRef of its Reply
     chunk: Chunk
     started_at: float | None  # when it became the first call in its worker's queue (so began running)
 
@@ -30,7 +30,7 @@ class WorkerSlot:
     """A worker actor, its state, and its calls in flight (a sync actor runs them in order)."""
 
     def __init__(self, index: int, name: str, handle: Any, now: float):
-        self.index = index
+        self.index = index  # the worker's number in the pool, never reused (its name's)
         self.name = name
         self.handle = handle
         self.state = WorkerState.STARTING
@@ -45,6 +45,7 @@ class WorkerSlot:
         self.recycling = False  # past pool.max_worker_rss_mb: takes no new calls, recycled once idle
         self.recycled = 0
         self.recycled_pid: int | None = None  # the process recycled, until its successor answers
+        self.retiring = False  # takes no new calls; leaves the pool once those it has are done
 
     @property
     def items_in_flight(self) -> int:
@@ -55,7 +56,7 @@ class WorkerSlot:
         that a worker died under) runs alone. When a worker dies with several calls queued, which
         one it died under is a guess (the reply of a call it had finished can die with it), and a
         suspect's next death is blamed on its items: alone, that blame is certain."""
-        if self.state is not WorkerState.HEALTHY or self.recycling:
+        if self.state is not WorkerState.HEALTHY or self.recycling or self.retiring:
             return False
         if chunk.suspect or any(call.chunk.suspect for call in self.calls):
             return not self.calls

@@ -160,7 +160,8 @@ class WorkerLoop:
         builtin = spec.trainer.model.source == "builtin"
         tokenizer = CharTokenizer(spec.task.alphabet) if builtin else None  # an hf policy brings its own
         policy = build_policy(spec.trainer, tokenizer, spec.prompt_format)
-        episodes = spec.task.episode_host(self.pool)  # an environment task's: samples are episodes
+        # an environment task's: samples are episodes (on the pool's workers: attached on first use)
+        episodes = spec.task.episode_host(lambda: self.pool().workers)
         self.trainer = Trainer(
             spec.trainer,
             device=self.device,
@@ -244,7 +245,7 @@ class WorkerLoop:
             rewards = None if self.trainer.episodes is not None else self.rewards()
             self.trainer.record_groups = self._rollout_groups()
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
-            if rewards is not None or self.spec.scorer is not None:  # a pool serves this run
+            if self._pool is not None:  # a pool serves this run (its rewards or its episodes)
                 metrics.update(self._pool_health(step))
             if rows := metrics.pop("rollouts", None):
                 self._publish(ROLLOUTS, {"step": step, "rows": rows})

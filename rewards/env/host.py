@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewards.env.base import Environment
+from rewards.env.calls import check_first_observation
 from rewards.env.concurrency import map_steps
-from rewards.env.episode import ENV_ERROR, FAILED_EPISODE_STATUSES, Episode, EpisodeResult, failure_reasons
+from rewards.env.episode import FAILED_EPISODE_STATUSES, Episode, EpisodeResult, failure_reasons
 from rewards.env.loading import load_environment
 from rewards.env.process import thread_process
 
@@ -53,13 +54,7 @@ class LocalEpisodes:
                     reward_mode=self.reward_mode,
                     step_timeout_s=self.step_timeout_s,
                 )
-                first = episode.start()
-                if first is not None and first != prompt:
-                    episode.fail(
-                        ENV_ERROR,
-                        f"reset gave {first[:60]!r}, not the row's prompt {prompt[:60]!r}: "
-                        "an environment's reset must depend on its row alone",
-                    )
+                check_first_observation(episode, episode.start(), prompt)
                 self._episodes.append(episode)
         return [not e.over for e in self._episodes]
 

@@ -82,6 +82,11 @@ class Task(ABC):
     def eval_metrics(self, scored: Sequence[Any]) -> dict[str, float]:
         return {}
 
+    def episode_server(self) -> Any | None:
+        """What the pool's workers keep for a task whose episodes run there
+        (`rewards.env.remote.EpisodeServer`); None: the pool, if any, scores."""
+        return None
+
     def episode_host(self, pool_of: Callable[[], Any] | None = None) -> Any | None:
         """Where a rank's episodes run, for a task whose samples are episodes with an environment
         (`trainer.sampling.episodes.EpisodeHost`; pool_of: the rank's reward pool, attached when

@@ -13,7 +13,8 @@
   (`rewards.env.process`), with `task.step_timeout_s` as its deadline: a reset or step past it
   ends its episode `timeout` and its child is killed, so nothing is left blocked; a demonstration
   or check that passes it refuses the run in one line.
-- Episodes run on the reward pool's workers (`task.hosting: pool`, `actors.pool.episodes`), the
+- Episodes run on the reward pool's workers (`task.hosting: pool`: each keeps a
+  `rewards.env.remote.EpisodeServer`, played by `actors.pool.episodes`), the
   steps of one pool call sharing `pool.chunk_timeout_s`; an episode whose worker died is replayed
   on another one from its recorded actions (environments that declare themselves deterministic).
   With `hosting: local` they run in each trainer process (`rewards.env.host.LocalEpisodes`) and no
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from rewards.env import EnvSpecError, Episode, LocalEpisodes, load_environment
 from rewards.env.base import Environment
 from rewards.env.check import EnvTrial, env_problem, try_environment
-from rewards.env.remote import EpisodeCalls
+from rewards.env.remote import EpisodeServer
 from service.preflight.data import FitLimits, check_records
 from service.tasks.base import Task
 from service.tasks.text_files import table_records
@@ -257,12 +258,16 @@ class EnvTask(Task):
         stream = self.grpo_stream(None)
         return head + [stream(i) for i in range(len(head), n)]
 
-    def scorer(self) -> EpisodeCalls | None:
-        """What the reward workers run: episode calls (task.hosting=pool); None when the episodes
-        run in the trainer processes (no pool is started then)."""
+    def scorer(self) -> None:
+        """None: an episode's reward is its environment's, nothing is scored."""
+        return None
+
+    def episode_server(self) -> EpisodeServer | None:
+        """What the pool's workers keep: the episodes they play (task.hosting=pool); None when the
+        episodes run in the trainer processes (no pool is started then)."""
         if self.hosting != "pool":
             return None
-        return EpisodeCalls(
+        return EpisodeServer(
             self.env,
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,

@@ -8,7 +8,7 @@ import pickle
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.pool.codec import component_sums, count_status, decode, encode, failed_block, reported_components
+from actors.pool.codec import component_sums, decode, encode, failed_block, reported_components
 from rewards import ERROR, STATUSES, TIMEOUT, RewardConfig, Scorer, ScoreResult
 from rewards.config import UserRewardSpec
 
@@ -30,7 +30,7 @@ def test_decode_gives_back_what_was_encoded(items):
     assert enc.values() == [r.total for r in items]
     assert enc.statuses() == [r.status for r in items]
     for status in STATUSES:
-        assert count_status(enc, status) == sum(r.status == status for r in items)
+        assert enc.count_status(status) == sum(r.status == status for r in items)
 
 
 def test_component_order_and_absence_survive():
@@ -46,7 +46,7 @@ def test_component_order_and_absence_survive():
 def test_failed_block():
     block = failed_block(3, TIMEOUT, "too slow")
     assert decode(block) == [ScoreResult.failed(TIMEOUT, "too slow")] * 3
-    assert count_status(block, TIMEOUT) == 3 and count_status(block, ERROR) == 0
+    assert block.count_status(TIMEOUT) == 3 and block.count_status(ERROR) == 0
 
 
 rewards_sized = st.builds(  # components of the size rewards have (sums that do not overflow)

@@ -34,7 +34,7 @@ def test_a_slow_healthy_reward_is_never_killed():
     cfg = chunks_for_cost(PoolConfig(**base), SLOW_S)  # unsized, one call of 8 items takes 2x its deadline
     with RewardPool.create(SLOW, cfg, run_id="test") as pool:
         rewards = pool.collect([pool.submit([FEN] * items, [FEN] * items)], timeout_s=60)
-        scored = [ray.get(h.items_scored.remote(), timeout=30) for h in pool.worker_handles()]
+        scored = [ray.get(h.items_done.remote(), timeout=30) for h in pool.worker_handles()]
         restarts = pool.stats()["worker_restarts"]
     assert rewards.statuses == ["ok"] * items
     assert rewards.stats["reward_deadline_kills"] == 0 and rewards.stats["reward_retries"] == 0

@@ -1,4 +1,4 @@
-"""Episodes played on real reward workers: the same results as in process, a worker killed in the
+"""Episodes played on real pool workers: the same results as in process, a worker killed in the
 middle of them (deterministic episodes replayed, others `env_error`), a step past its deadline."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from actors.pool.config import PoolConfig
 from actors.pool.episodes import PoolEpisodes
-from actors.pool.reward_pool import RewardPool
+from actors.pool.worker_pool import WorkerPool
 from rewards.env import LocalEpisodes
-from rewards.env.remote import EpisodeCalls
+from rewards.env.remote import EpisodeServer
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -22,9 +22,9 @@ ROWS = [{"turns": 2}, {"turns": 3}, {"turns": 4}]
 K = 2  # episodes per row: 6 in all, 3 on each of the 2 workers
 
 
-def _pool(env: str, **kw) -> RewardPool:
+def _pool(env: str, **kw) -> WorkerPool:
     cfg = PoolConfig(num_workers=2, name_prefix=f"env-{uuid.uuid4().hex[:6]}", **kw)
-    return RewardPool.create(EpisodeCalls(env, max_turns=8), cfg, run_id="episodes")
+    return WorkerPool.create(EpisodeServer(env, max_turns=8), cfg, run_id="episodes")
 
 
 def _play(host, actions_of, between_turns=lambda turn: None):
@@ -57,7 +57,7 @@ def test_episodes_on_the_pool_end_as_they_do_in_process():
         assert all(r.replayed == 0 for r in expected)
 
 
-def _kill_worker_after_first_turn(pool: RewardPool):
+def _kill_worker_after_first_turn(pool: WorkerPool):
     victim = pool.worker_names()[0]
     pid = pool.worker_pids()[victim]
 

@@ -6,11 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.pool.codec import EncodedResults, decode, failed_block
 from actors.pool.config import PoolConfig, max_runs_per_item
 from actors.pool.metrics import RateWindow
-from actors.pool.work import Chunk, Fault, Ticket, after_fault, plan_chunks, split
-from rewards import ERROR, TIMEOUT
+from actors.pool.work import Chunk, Failed, Fault, Ticket, after_fault, count_status, plan_chunks, split
+from rewards import ERROR, TIMEOUT, ScoreResult
 
 
 @given(
@@ -34,17 +33,17 @@ def test_plan_chunks_spreads_a_big_submission_over_the_workers_only():
 
 
 def _chunk(n: int) -> Chunk:
-    return Chunk(Ticket(0, n, None, 0.0), payload=None, offset=0, lo=0, hi=n)
+    return Chunk(Ticket(0, n, None, 0.0), fn=None, payload=None, offset=0, lo=0, hi=n)
 
 
-def _runs_until_final(chunk: Chunk, poison: int, fault: Fault, cfg: PoolConfig) -> tuple[int, EncodedResults]:
+def _runs_until_final(chunk: Chunk, poison: int, fault: Fault, cfg: PoolConfig) -> tuple[int, Failed]:
     """Feed faults to whichever piece holds `poison` until it gets its final block."""
     runs, pending = 0, [chunk]
     while True:
         piece = next(p for p in pending if p.lo <= poison < p.hi)
         runs += 1
         outcome = after_fault(piece, fault, cfg)
-        if isinstance(outcome, EncodedResults):
+        if isinstance(outcome, Failed):
             return runs, outcome
         assert sorted((p.lo, p.hi) for p in outcome) == [(p.lo, p.hi) for p in outcome]
         assert outcome[0].lo == piece.lo and outcome[-1].hi == piece.hi  # nothing lost
@@ -56,8 +55,11 @@ def test_a_hanging_item_is_isolated_then_times_out_after_bounded_runs(retries):
     cfg = PoolConfig(chunk_size=64, min_chunk_size=4, split_parts=4, max_retries=retries, chunk_timeout_s=3)
     runs, block = _runs_until_final(_chunk(64), 37, Fault.TIMEOUT, cfg)
     assert runs == max_runs_per_item(cfg) == 1 + 3 + retries
-    (result,) = decode(block)
-    assert result.status == TIMEOUT and f"chunk_timeout_s=3s (ran {runs} times)" in result.reason
+    assert (
+        len(block) == 1
+        and block.status == TIMEOUT
+        and f"chunk_timeout_s=3s (ran {runs} times)" in block.reason
+    )
 
 
 def test_a_first_death_reruns_the_whole_chunk_then_isolates_a_crashing_item():
@@ -66,26 +68,36 @@ def test_a_first_death_reruns_the_whole_chunk_then_isolates_a_crashing_item():
     assert (again.lo, again.hi, again.suspect) == (0, 16, True)
     runs, block = _runs_until_final(_chunk(16), 5, Fault.DIED, cfg)
     assert runs == 1 + 1 + 2 + 1  # whole again, 16 -> 4 -> 1, one retry alone
-    (result,) = decode(block)
-    assert result.status == ERROR and "died while scoring this item (5 times)" in result.reason
+    assert (
+        len(block) == 1 and block.status == ERROR and "died while scoring this item (5 times)" in block.reason
+    )
 
 
 def test_split_keeps_ticket_offsets():
-    chunk = Chunk(Ticket(0, 100, None, 0.0), payload="p", offset=50, lo=10, hi=20)
+    chunk = Chunk(Ticket(0, 100, None, 0.0), fn=len, payload="p", offset=50, lo=10, hi=20)
     pieces = split(chunk, 3)
     assert [(p.ticket_offset, len(p)) for p in pieces] == [(60, 3), (63, 3), (66, 4)]
-    assert all(p.payload == "p" and p.suspect for p in pieces)
+    assert all(p.payload == "p" and p.fn is len and p.suspect for p in pieces)
 
 
 def test_a_ticket_assembles_blocks_in_item_order():
     ticket = Ticket(0, 3, ["g", "g", "h"], 0.0)
-    ticket.add_block(2, failed_block(1, ERROR, "b"), 1.0)
+    ticket.add_block(2, Failed(1, ERROR, "b"), 1.0)
     assert not ticket.done
-    ticket.add_block(0, failed_block(2, TIMEOUT, "a"), 2.0)
+    ticket.add_block(0, Failed(2, TIMEOUT, "a"), 2.0)
     assert ticket.done and ticket.done_at == 2.0 and ticket.group_ids == ("g", "g", "h")
-    assert [r.reason for b in ticket.blocks() for r in decode(b)] == ["a", "a", "b"]
+    assert [b.reason for b in ticket.blocks()] == ["a", "b"]
     with pytest.raises(RuntimeError, match="more results than its 3 items"):
-        ticket.add_block(0, failed_block(1, ERROR, "x"), 3.0)
+        ticket.add_block(0, Failed(1, ERROR, "x"), 3.0)
+
+
+def test_statuses_are_counted_in_any_block_of_results():
+    assert (
+        count_status(Failed(3, TIMEOUT, "late"), TIMEOUT) == 3
+        and count_status(Failed(3, TIMEOUT, "l"), ERROR) == 0
+    )
+    results = [ScoreResult.failed(ERROR, "x"), ScoreResult(1.0), ScoreResult.failed(ERROR, "y")]
+    assert count_status(results, ERROR) == 2 and count_status(results, TIMEOUT) == 0
 
 
 def test_rate_window_forgets_old_events():

@@ -111,10 +111,10 @@ def test_a_cheap_reward_stops_being_spread_once_the_workers_have_measured_it():
         assert [len(b) for b in first.blocks()] == [32, 32] and [len(b) for b in second.blocks()] == [64]
         # one call a submission, the workers taking turns: each stays in use (a dead one is met)
         handles = pool.worker_handles()
-        before = [ray.get(h.items_scored.remote(), timeout=30) for h in handles]
+        before = [ray.get(h.items_done.remote(), timeout=30) for h in handles]
         for _ in range(4):
             pool.collect([pool.submit(completions, targets)])
-        after = [ray.get(h.items_scored.remote(), timeout=30) for h in handles]
+        after = [ray.get(h.items_done.remote(), timeout=30) for h in handles]
         assert [a - b for a, b in zip(after, before, strict=True)] == [128, 128]
     with _pool(min_chunk_size=32, spread_min_s=0.0) as pool:  # the rule off: min_chunk_size alone
         pool.collect([pool.submit(completions, targets)])
@@ -142,7 +142,7 @@ def test_items_with_fields_score_through_the_pool_inline_and_through_the_store()
             rows = [{"a": i, "b": 2, "note": "x" * pad} for i in range(n)]
             completions = [str(i + 2) if i % 3 else "?" for i in range(n)]
             targets = [None] * n
-            in_store = isinstance(chunk_payload(completions, targets, rows, 0), ray.ObjectRef)
+            in_store = isinstance(chunk_payload((completions, targets, rows), 0), ray.ObjectRef)
             assert in_store == (pad > 0)
             results = pool.score(completions, targets, rows)
             assert results == scorer.score_batch(completions, targets, rows)
@@ -235,6 +235,26 @@ def test_a_client_attaching_while_a_worker_restarts_waits_for_it():
         second = owner.worker_names()[1]
         assert client.worker_pids()[second] == before[second]
         client.shutdown()
+
+
+def test_a_worker_added_takes_calls_and_one_removed_finishes_its_calls_then_leaves():
+    completions, targets = realistic_batch(2000, seed=5)
+    expected = Scorer(USER).score_batch(completions, targets)
+    with _pool(num_workers=1, chunk_size=250, min_chunk_size=250, spread_min_s=0.0) as pool:
+        first = pool.worker_names()[0]
+        added = pool.workers.add_worker()
+        assert added == f"{pool.cfg.name_prefix}-1" and pool.worker_names() == [first, added]
+        assert pool.score(completions, targets) == expected
+        done = [ray.get(h.items_done.remote(), timeout=30) for h in pool.worker_handles()]
+        assert all(n > 0 for n in done) and sum(done) == 2000  # the new worker took its share
+        busy = pool.submit(completions, targets)  # eight calls, some queued on the first worker
+        assert pool.workers.remove_worker(first) == first
+        assert pool.collect_results([busy]) == expected  # nothing lost: its calls ran, or ran elsewhere
+        assert _wait_gone(first) and pool.worker_names() == [added]
+        assert pool.score(completions, targets) == expected
+        with pytest.raises(ValueError, match="last worker"):
+            pool.workers.remove_worker()
+    assert _wait_gone(added)
 
 
 def test_collect_gives_up_at_its_timeout_with_a_clear_error():

@@ -7,7 +7,7 @@ from actors.pool.worker_slot import Call, WorkerSlot, WorkerState
 
 
 def _chunk(suspect: bool = False) -> Chunk:
-    return Chunk(Ticket(0, 4, None, 0.0), payload=None, offset=0, lo=0, hi=4, suspect=suspect)
+    return Chunk(Ticket(0, 4, None, 0.0), fn=None, payload=None, offset=0, lo=0, hi=4, suspect=suspect)
 
 
 def _slot(*calls: Chunk) -> WorkerSlot:
@@ -30,11 +30,12 @@ def test_a_suspect_chunk_goes_only_to_an_idle_worker_and_nothing_queues_behind_i
     assert not _slot(_chunk(suspect=True)).takes(_chunk(suspect=True), 8)
 
 
-def test_a_worker_that_is_down_or_recycling_takes_nothing():
+def test_a_worker_that_is_down_recycling_or_retiring_takes_nothing():
     for state in (WorkerState.STARTING, WorkerState.RESTARTING, WorkerState.DEAD):
         slot = _slot()
         slot.state = state
         assert not slot.takes(_chunk(), 2)
-    slot = _slot()
-    slot.recycling = True
-    assert not slot.takes(_chunk(), 2)
+    for flag in ("recycling", "retiring"):
+        slot = _slot()
+        setattr(slot, flag, True)
+        assert not slot.takes(_chunk(), 2)

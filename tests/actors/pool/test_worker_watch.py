@@ -6,6 +6,7 @@ import sys
 import threading
 
 from actors.pool.codec import decode
+from actors.pool.scoring import ChunkScorer
 from actors.pool.worker import RewardWorker
 from actors.pool.worker_watch import (
     OUTPUT_CAP_BYTES,
@@ -52,17 +53,17 @@ def test_output_notice_is_one_line_with_the_first_lines_and_what_was_dropped():
 
 
 def test_the_worker_returns_its_rss_and_a_capped_copy_of_what_the_reward_printed(capsys):
-    worker = RewardWorker(RewardConfig(user=[UserRewardSpec(fn=f"{EX}:prints_a_lot")]))
+    worker = RewardWorker(ChunkScorer(RewardConfig(user=[UserRewardSpec(fn=f"{EX}:prints_a_lot")])))
     completions = [FEN, "junk", FEN]
-    block = worker.score_chunk((completions, [FEN] * 3))
-    assert [r.status for r in decode(block)] == [
+    reply = worker.call(ChunkScorer.score, (completions, [FEN] * 3))
+    assert [r.status for r in decode(reply.results)] == [
         r.status for r in Scorer().score_batch(completions, [FEN] * 3)
     ]
-    assert block.worker_rss_mb and block.worker_rss_mb > 1
-    assert len(block.output.encode()) <= OUTPUT_CAP_BYTES and block.output.startswith("checking ")
-    assert block.output_bytes >= 3 * 1024 * 1024
+    assert reply.worker_rss_mb and reply.worker_rss_mb > 1
+    assert len(reply.output.encode()) <= OUTPUT_CAP_BYTES and reply.output.startswith("checking ")
+    assert reply.output_bytes >= 3 * 1024 * 1024
     assert capsys.readouterr().out == ""  # nothing reached the process's own stdout
-    quiet = RewardWorker().score_chunk(([FEN], [FEN]))
+    quiet = RewardWorker(ChunkScorer()).call(ChunkScorer.score, ([FEN], [FEN]))
     assert quiet.output == "" and quiet.output_bytes == 0
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import threading
 
 from rewards.env import Environment, Episode, StepResult
+from rewards.env.calls import EpisodeCall, record_step
 from rewards.env.check import env_problem, try_environment
 from rewards.env.episode import EpisodeRecord
 from rewards.env.process import EnvProcess
-from rewards.env.remote import START, STEP, EpisodeCalls, apply_call, call_item
+from rewards.env.remote import EpisodeServer
 
 DEADLINE_S = 1.0  # thousands of times what these environments take to answer
 
@@ -91,22 +92,20 @@ def test_a_trial_stops_at_the_first_episode_past_the_deadline():
 def test_a_workers_call_answers_within_its_share_of_the_pools_deadline():
     """Three episodes' steps in one call of 1.5 s: the first hangs until the call's time is out, the
     others end `timeout` unplayed; the worker answers all three (the pool never kills it)."""
-    calls = EpisodeCalls(f"{__name__}:Counts", max_turns=8, step_timeout_s=30.0, call_budget_s=1.5)
-    calls.setup()
+    server = EpisodeServer(f"{__name__}:Counts", max_turns=8, step_timeout_s=30.0, call_budget_s=1.5)
+    server.setup()
     records = [EpisodeRecord(max_turns=8) for _ in range(3)]
     rows = [{"id": i} for i in range(3)]
-    starts = calls.score_batch(
-        [""] * 3, [None] * 3, [call_item(START, f"e{i}", r) for i, r in enumerate(rows)]
-    )
-    for record, result in zip(records, starts, strict=True):
-        apply_call(record, START, "", result)
-    items = [call_item(STEP, f"e{i}", rows[i], records[i]) for i in range(3)]
-    results = calls.score_batch(["hang", "a", "b"], [None] * 3, items)
-    for record, action, result in zip(records, ["hang", "a", "b"], results, strict=True):
-        apply_call(record, STEP, action, result)
+    starts = server.start([EpisodeCall.start(f"e{i}", r) for i, r in enumerate(rows)])
+    for record, step in zip(records, starts, strict=True):
+        record_step(record, step)
+    actions = ["hang", "a", "b"]
+    steps = server.step([EpisodeCall.step(f"e{i}", rows[i], records[i], actions[i]) for i in range(3)])
+    for record, action, step in zip(records, actions, steps, strict=True):
+        record_step(record, step, action)
     ended = [r.result() for r in records]
     assert [r.status for r in ended] == ["timeout"] * 3
     assert "left of its pool call (pool.chunk_timeout_s)" in ended[0].reason
     assert all("not stepped" in r.reason for r in ended[1:])
-    assert calls.process.kills == 1
-    calls.process.close()
+    assert server.process.kills == 1
+    server.process.close()

@@ -4,15 +4,17 @@ be recorded."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
-from actors.pool.codec import decode, encode
 from rewards.env import Environment, StepResult
+from rewards.env.calls import EpisodeCall, EpisodeStep, keep_episode_info, record_step
 from rewards.env.check import env_problem, play, try_environment
 from rewards.env.episode import MAX_INFO_CHARS, EpisodeRecord
 from rewards.env.guess import GuessNumber
-from rewards.env.remote import CLOSE, START, STEP, EpisodeCalls, apply_call, call_item, keep_episode_info
+from rewards.env.remote import EpisodeServer
 from rewards.env.skyrl import wrap_skyrl
 
 
@@ -104,15 +106,20 @@ def test_a_skyrl_steps_metadata_is_its_info():
     ]
 
 
-def test_an_episode_on_a_worker_brings_back_the_same_infos_through_the_pools_encoding():
+def _through(steps: list[EpisodeStep]) -> EpisodeStep:
+    """A call's one step as it reaches the sampler from a worker's process (pickled)."""
+    (step,) = pickle.loads(pickle.dumps(steps))
+    return step
+
+
+def test_an_episode_on_a_worker_brings_back_the_same_infos():
     row, actions = {"secret": 3, "tries": 2}, ["9", "12"]  # a wrong guess, then out of tries
     want = play(GuessNumber, row, actions, max_turns=6, step_timeout_s=None)
-    worker, record = EpisodeCalls("guess", max_turns=6), EpisodeRecord(max_turns=6)
-    through = lambda result: decode(encode([result]))[0]  # noqa: E731 - as the pool carries it
-    apply_call(record, START, "", through(worker.call(call_item(START, "e", row), "")))
+    server, record = EpisodeServer("guess", max_turns=6), EpisodeRecord(max_turns=6)
+    record_step(record, _through(server.start([EpisodeCall.start("e", row)])))
     for action in actions:
-        result = through(worker.call(call_item(STEP, "e", row, record), action))
-        if apply_call(record, STEP, action, result)[1]:
+        step = _through(server.step([EpisodeCall.step("e", row, record, action)]))
+        if record_step(record, step, action)[1]:
             break
     got = record.result()
     assert got.infos == want.infos and got.status == want.status
@@ -167,19 +174,17 @@ def test_a_skyrl_environments_get_metrics_is_its_episode_info():
 
 
 def _on_worker(actions, *, close: bool):
-    """Play `actions` through EpisodeCalls and the pool's encoding; close it as the sampler does
-    when it cut the episode; the mirror's result."""
-    calls, record = EpisodeCalls("guess", max_turns=6), EpisodeRecord(max_turns=6)
+    """Play `actions` on an EpisodeServer, its steps pickled as a worker sends them; close it as the
+    sampler does when it cut the episode; the mirror's result."""
+    server, record = EpisodeServer("guess", max_turns=6), EpisodeRecord(max_turns=6)
     row = {"secret": 3}
-    through = lambda result: decode(encode([result]))[0]  # noqa: E731
-    apply_call(record, START, "", through(calls.call(call_item(START, "e", row), "")))
+    record_step(record, _through(server.start([EpisodeCall.start("e", row)])))
     for action in actions:
-        if apply_call(record, STEP, action, through(calls.call(call_item(STEP, "e", row, record), action)))[
-            1
-        ]:
+        step = _through(server.step([EpisodeCall.step("e", row, record, action)]))
+        if record_step(record, step, action)[1]:
             break
     if close:
-        keep_episode_info(record, through(calls.call(call_item(CLOSE, "e", row), "")))
+        keep_episode_info(record, _through(server.close([EpisodeCall.close("e")])))
     return record.result()
 
 
