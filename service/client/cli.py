@@ -22,6 +22,7 @@ from service.client._client import DEFAULT_ADDRESS, TrainingClient
 from service.client.errors import ClientError, ConnectionFailed, RunTimeout, Unauthorized, UnknownRun
 from service.client.render import CLEAR_SCREEN, runs_table, status_table, watch_frame
 from service.client.states import RunState, RunStatus
+from service.presets import DEFAULT_PRESET, PRESET_NAMES
 from service.progress import for_people
 
 EXIT_OK, EXIT_RUN_NOT_SUCCEEDED, EXIT_USAGE = 0, 1, 2
@@ -68,7 +69,10 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def _add_submit(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     submit = commands.add_parser("submit", parents=[common], help="start a training run")
-    submit.add_argument("--preset", help="smoke | demo | gpt2-4090 (the trainer's default when omitted)")
+    submit.add_argument(
+        "--preset", metavar="PRESET",
+        help=f"one of {', '.join(PRESET_NAMES)} (the trainer's default, {DEFAULT_PRESET}, when omitted)",
+    )  # fmt: skip
     submit.add_argument("--config", dest="config_file", help="YAML config inside the working dir")
     submit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     submit.add_argument("--run-id", help="choose the run id (submitting it again returns the same run)")

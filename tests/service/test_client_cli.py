@@ -134,3 +134,13 @@ def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_submit_help_names_every_preset(capsys, monkeypatch):
+    from service.presets import PRESET_NAMES
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line each: argparse may break a line at a hyphen
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["submit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"one of {', '.join(PRESET_NAMES)} (the trainer's default, demo, when omitted)" in text
