@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.results import collect_headline, finite
+from bench.results import NOT_MEASURED, collect_headline, finite
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SCHEMA_VERSION = 1
@@ -23,6 +23,9 @@ SCHEMA_VERSION = 1
 # settings, with which versions (the machine object keeps the newest run's versions too).
 RUN_KEYS = ("command", "mode", "started_at", "elapsed_s", "load_average_at_end")
 MACHINE_RUN_KEYS = ("versions", "thread_env", "load_average_at_start", "torch_default_threads")
+
+
+ON_NO_RUN = "not measured on this machine"  # a key none of the file's sections set
 
 
 class ResultFileError(ValueError):
@@ -83,6 +86,7 @@ def assemble(
     index = {old: new for new, old in enumerate(used)}
     sections = [{**s, "run": index[s["run"]]} for s in sections]
     headline, notes = collect_headline(sections)
+    notes = {key: ON_NO_RUN if note == NOT_MEASURED else note for key, note in notes.items()}
     return {
         "schema": SCHEMA_VERSION,
         "kind": kind,

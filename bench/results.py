@@ -16,6 +16,8 @@ from typing import Any
 
 from bench.machine import describe
 
+NOT_MEASURED = "not measured in this run"  # the note of a key no section of the run set
+
 # Headline keys, in the order they are shown, with the target each is read against.
 HEADLINE_TARGETS: dict[str, str] = {
     "kv_cache_speedup": ">= 5x tokens/s (tiny and small, 64 new tokens)",
@@ -101,7 +103,7 @@ def collect_headline(sections: list[dict[str, Any]]) -> tuple[dict[str, float | 
     for key in HEADLINE_TARGETS:
         if key not in headline:
             headline[key] = None
-            notes.setdefault(key, "not measured in this run")
+            notes.setdefault(key, NOT_MEASURED)
     return {k: headline[k] for k in HEADLINE_TARGETS}, {k: notes[k] for k in HEADLINE_TARGETS if k in notes}
 
 

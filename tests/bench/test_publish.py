@@ -7,10 +7,11 @@ import json
 
 import pytest
 
+from bench import publish
 from bench.docs_tables import README_KEYS, MarkerError, blocks, fill, shown_command
 from bench.machine import cpu_features, machine_info, machine_kind, machine_label
 from bench.result_file import ResultFileError, add_run, load_results, merge_run
-from bench.results import HEADLINE_TARGETS, new_section, set_headline
+from bench.results import HEADLINE_TARGETS, collect_headline, new_section, set_headline
 
 XEON = {
     "vendor": "GenuineIntel",
@@ -107,7 +108,7 @@ def test_a_later_run_replaces_the_sections_it_measured_and_its_failures_do_not()
     assert [s["run"] for s in merged["sections"]] == [1, 0, 1]  # each section names its run
     assert [r["started_at"] for r in merged["runs"]] == ["2026-12-03T10:00:00", "2026-12-03T11:00:00"]
     assert any("kept '2. Sampling'" in line for line in report)
-    assert merged["headline_notes"]["mfu"] == "not measured in this run"
+    assert merged["headline_notes"]["mfu"] == "not measured on this machine"
     again, _ = merge_run(merged, run([section("sampling", "2. Sampling", "kv_cache_speedup", 10.0)]))
     assert (
         len(again["runs"]) == 2 and again["runs"][0]["started_at"] == "2026-12-03T11:00:00"
@@ -161,3 +162,16 @@ def test_marked_blocks_are_rewritten_and_unknown_ones_refused():
         fill("<!-- bench:nope -->\n<!-- /bench:nope -->\n", {"readme": ""})
     assert shown_command("python -m bench --out /tmp/x --sections a b") == "python -m bench --sections a b"
     assert shown_command("python -m bench --out=/tmp/x --quick") == "python -m bench --quick"
+
+
+def test_the_committed_pages_are_what_the_committed_result_files_make():
+    results = load_results()
+    assert results, "bench/results/ holds no machine's result file"
+    for page, text in publish.pages().items():
+        assert page.read_text() == text, f"{page.name} is stale: run python -m bench.publish"
+        for name in ("readme",) if page.name == "README.md" else ("machines", "headline"):
+            assert f"<!-- bench:{name} -->" in text
+    for result in results:  # each file as the merge makes it: the headline gathered from its sections
+        headline, notes = collect_headline(result["sections"])
+        assert result["headline"] == headline and result["headline_notes"].keys() == notes.keys()
+        assert sorted({s["run"] for s in result["sections"]}) == list(range(len(result["runs"])))
