@@ -107,12 +107,13 @@ def _pairs(first: int, n: int, with_demos: bool) -> list[EpisodePair]:
 
 
 def _pool(env: str):
+    """Two workers that each keep the environment's episodes, as a run's pool does for an `env` task."""
     from actors.pool.config import PoolConfig
-    from actors.pool.reward_pool import RewardPool
-    from rewards.env.remote import EpisodeCalls
+    from actors.pool.worker_pool import WorkerPool
+    from rewards.env.remote import EpisodeServer
 
     cfg = PoolConfig(num_workers=2, cpus_per_worker=0.5, name_prefix=f"bench-env-{uuid.uuid4().hex[:6]}")
-    return RewardPool.create(EpisodeCalls(env, max_turns=6), cfg, run_id="bench-env")
+    return WorkerPool.create(EpisodeServer(env, max_turns=6), cfg, run_id="bench-env")
 
 
 def _row(trainer: Trainer, start: dict[str, Any], plan: EnvPlan) -> list[dict[str, float]]:
