@@ -208,7 +208,9 @@ EVAL_METRICS: tuple[Metric, ...] = (
 )
 
 # Record keys that are not metrics: position, identity and payload.
-RECORD_FIELDS = frozenset({"step", "phase", "time", "kind", "samples", "skip_reason", "statuses"})
+RECORD_FIELDS = frozenset(
+    {"step", "phase", "time", "kind", "samples", "skip_reason", "statuses", "reward_failure_reasons"}
+)
 
 # Counters of the run (Prometheus adds `_total`).
 STEPS_COUNTER = ("grpo_steps", "optimiser steps finished")

@@ -59,16 +59,21 @@ class RecordSink(Protocol):
 
 
 def dropped_groups(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Over the run's GRPO steps: groups dropped because a reward failed (error, timeout) and
-    steps with no update at all, so a run that trained on part of its data says so."""
+    """Over the run's GRPO steps: groups dropped because a reward failed (error, timeout), steps
+    with no update at all and the reason of the first failed reward, so a run that trained on part
+    of its data says so, and why."""
 
     def total(key: str) -> int:
         return int(sum(r.get(key) or 0 for r in rows if r.get("phase") == "grpo"))
 
+    reasons = (
+        reason for r in rows if r.get("phase") == "grpo" for reason in r.get("reward_failure_reasons") or ()
+    )
     return {
         "reward_failed_groups": total("unusable_groups"),
         "groups": total("groups"),
         "skipped_steps": sum(1 for r in rows if r.get("phase") == "grpo" and r.get("skip_reason")),
+        "first_reward_failure": next(reasons, None),  # why the first failed reward failed
     }
 
 

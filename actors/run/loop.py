@@ -247,6 +247,7 @@ class WorkerLoop:
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
             if self._pool is not None:  # a pool serves this run (its rewards or its episodes)
                 metrics.update(self._pool_health(step))
+            metrics.update(self._failure_reasons(metrics))
             if rows := metrics.pop("rollouts", None):
                 self._publish(ROLLOUTS, {"step": step, "rows": rows})
         self._publish(STEP, {"step": step, "phase": phase, "time": time.time(), **metrics})
@@ -266,9 +267,19 @@ class WorkerLoop:
         problem = error_rate_problem(counts, self.spec.pool.error_rate_threshold)
         if problem is None:
             return None
+        return f"reward error rate exceeded at step {step}: {problem}; first reasons: {self._reasons()}"
+
+    def _reasons(self) -> list[str]:
+        """This rank's first reasons of the step's failed rewards (or episodes), one line each."""
         source = self.trainer.episodes if self.trainer.episodes is not None else self.rewards()
-        reasons = [" ".join(r.split())[:200] for r in getattr(source, "failure_reasons", [])]
-        return f"reward error rate exceeded at step {step}: {problem}; first reasons: {reasons}"
+        return [" ".join(r.split())[:200] for r in getattr(source, "failure_reasons", [])]
+
+    def _failure_reasons(self, metrics: dict[str, Any]) -> dict[str, list[str]]:
+        """`reward_failure_reasons` for a step record whose rewards failed on some items (rank 0's
+        first reasons), so that a run those failures do not end still says why they failed."""
+        if not BatchCounts.of_stats(metrics, prefix="scorer_").failed or self.rank != 0:
+            return {}
+        return {"reward_failure_reasons": self._reasons()}
 
     def _pool_health(self, step: int) -> dict[str, float]:
         """Reward workers this rank's pool front-end counts, how many of them take work now and the

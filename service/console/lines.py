@@ -121,6 +121,11 @@ def summary_lines(summary: Mapping[str, Any], reports: list[str]) -> list[str]:
         lines.append(
             f"{TRAIN_TAG} rewards failed in {summary.get('reward_failed_groups', 0)} of {summary.get('groups', 0)} "
             f"GRPO groups (dropped from the loss); {summary.get('skipped_steps', 0)} steps without an update"
+            + (
+                f"; first reason: {summary['first_reward_failure']}"
+                if summary.get("first_reward_failure")
+                else ""
+            )
         )
     held_out = _held_out(summary)
     if held_out:

@@ -190,6 +190,22 @@ def test_the_summary_and_its_last_lines_count_groups_dropped_for_reward_failures
     assert "skipped: no update: all 4 groups dropped" in out.getvalue()
 
 
+def test_a_run_whose_rewards_failed_on_a_few_items_says_why_the_first_one_failed(tmp_path):
+    out = io.StringIO()
+    rec = _recorder(tmp_path, out)
+    rec.handle(START, {"from_step": None, "world_size": 1})
+    rec.handle(STEP, _step(3, "grpo", groups=4.0, unusable_groups=0.0, reward_mean=0.4))
+    failed = {"groups": 4.0, "unusable_groups": 1.0, "reward_failure_reasons": ["ValueError: bad row 7"]}
+    rec.handle(STEP, _step(4, "grpo", reward_mean=0.5, **failed))
+    rec.handle(STEP, {**_step(5, "grpo", reward_mean=0.5, **failed), "reward_failure_reasons": ["later"]})
+    summary = rec.finish("succeeded")
+    assert summary["first_reward_failure"] == "ValueError: bad row 7"
+    assert (
+        "GRPO groups (dropped from the loss); 0 steps without an update; first reason: ValueError: bad row 7"
+        in (out.getvalue())
+    )
+
+
 def test_a_run_that_dropped_many_groups_succeeds_with_a_warning_in_its_summary(tmp_path):
     from actors.pool.config import PoolConfig
 

@@ -68,3 +68,5 @@ def test_a_slow_reward_cut_by_item_timeouts_succeeds_with_a_warning(tmp_path):
     head = next(line for line in logs.splitlines() if " succeeded: step 10/10 " in line)
     assert head.endswith("warning" if len(summary["warnings"]) == 1 else "warnings"), head
     assert f"[train] warning: {dropped[0]}" in logs
+    assert "timeout" in summary["first_reward_failure"]  # why the first dropped item failed, said
+    assert f"; first reason: {summary['first_reward_failure']}" in logs
