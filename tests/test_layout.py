@@ -4,7 +4,6 @@ one schedule."""
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,17 +93,6 @@ def test_one_config_base_everywhere():
         assert issubclass(model, Frozen)
     # rewards/ imports nothing of ours, so it repeats the settings; they must stay equal.
     assert RewardConfig.model_config == Frozen.model_config
-
-
-def test_option_vocabularies_are_spelled_once():
-    spelled = re.compile(r'Literal\["group", "batch", "none"\]|Literal\["token", "sequence", "constant"\]')
-    hits = [
-        str(p.relative_to(REPO))
-        for package in PACKAGES
-        for p in _modules(package)
-        for _ in spelled.finditer(p.read_text())
-    ]
-    assert hits == ["trainer/config.py", "trainer/config.py"]
 
 
 def test_a_config_is_validated_without_importing_torch_or_ray():
