@@ -106,7 +106,8 @@ class Environment:
 
     @classmethod
     def demonstration(cls, row: Mapping[str, Any], rng: random.Random) -> list[str] | None:
-        """The turns of a good episode on `row` as the policy would write them (a turn without a
-        stop string gets the first one appended), drawing any choice from `rng`, for the SFT warm
-        start; None: none known."""
+        """The list of a good episode's actions on `row`, one string per turn as the policy would
+        write it (`["8", "12", "11"]`; a turn without a stop string gets the first one appended),
+        drawing any choice from `rng`, for the SFT warm start: the episode is played through
+        `reset` and `step`, whose answers go between the turns. None: none known."""
         return None

@@ -36,4 +36,9 @@ def load_environment(spec: str) -> type[Environment]:
     missing = [m for m in ("reset", "step") if not callable(getattr(obj, m, None))]
     if missing:
         raise EnvSpecError(f"task.env {spec!r}: {attr} has no {' or '.join(missing)} method")
+    if not issubclass(obj, Environment):  # its stop, alphabet and the other defaults come from there
+        raise EnvSpecError(
+            f"task.env {spec!r}: {attr} does not derive from rewards.env.Environment "
+            f"(class {attr}(Environment): ... gives it stop, alphabet and the other defaults)"
+        )
     return obj

@@ -30,6 +30,16 @@ class NotAnEnvironment:
     pass
 
 
+class DuckTyped:
+    """reset and step, but not an Environment (no stop, alphabet or the other defaults)."""
+
+    def reset(self, row):
+        return "guess 1-16\n"
+
+    def step(self, action):
+        return "", 1.0, True
+
+
 class StepRaises(GuessNumber):
     def step(self, action):
         raise RuntimeError("the engine went away")
@@ -105,6 +115,7 @@ class UndeterministicKillsItsWorker(KillsItsWorker):
 __all__ = [
     "AggregatesBadly",
     "AggregatesGuesses",
+    "DuckTyped",
     "Environment",
     "HangsOnBadGuesses",
     "HangsOnItsSecondTurn",

@@ -63,6 +63,13 @@ def played(monkeypatch) -> list[dict]:
     return rows
 
 
+def test_a_class_that_does_not_derive_from_environment_is_refused_in_one_line(capsys, tmp_path):
+    line = _refused(capsys, tmp_path, f"task.env={CASES}:DuckTyped")
+    assert f"task.env '{CASES}:DuckTyped': DuckTyped does not derive from rewards.env.Environment" in line
+    assert check_main(["--preset", "env-smoke", "--set", f"task.env={CASES}:DuckTyped"]) == 2
+    assert "does not derive from rewards.env.Environment" in capsys.readouterr().err
+
+
 def test_a_hanging_environment_refuses_the_run_in_one_line_after_one_step_deadline(capsys, tmp_path):
     hangs = [f"task.env={CASES}:HangsOnItsSecondTurn", "task.step_timeout_s=1"]
     line = _refused(capsys, tmp_path, *hangs)  # its demonstrations, played before anything starts
