@@ -138,7 +138,7 @@ class EpisodeServer:
             episode, replayed = self._replay(call, call_ends)
             if episode.over:
                 return self._answer(key, episode, "", 0.0, replayed)
-        spent, limit = episode.env_s, self._limit(call_ends)
+        spent, rebuilt, limit = episode.env_s, episode.replayed, self._limit(call_ends)
         if limit is not None and limit.seconds <= 0.0:
             episode.acted(call.action)
             episode.fail(
@@ -150,6 +150,7 @@ class EpisodeServer:
         observation = episode.transcript[-1] if answered else ""
         reward = episode.rewards[-1] if answered else 0.0
         info = (episode.infos[-1] or None) if answered else None
+        replayed += episode.replayed - rebuilt  # rebuilt in a fresh child (a deadline ended the last)
         return self._answer(key, episode, observation, reward, replayed, episode.env_s - spent, info)
 
     def _new(self, row: Mapping[str, Any]) -> Episode:

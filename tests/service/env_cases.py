@@ -76,9 +76,9 @@ class AggregatesGuesses(GuessNumber):
 
 
 class KillsItsWorker(GuessNumber):
-    """The guessing game, whose process SIGKILLs itself in the middle of an episode: at a step after
-    the episode's first (so a replacement must replay its actions), when $GRPO_TEST_KILL_DIR names a
-    directory. Only the pool's first worker (actor `<prefix>-0`) kills itself: the call it dies
+    """The guessing game, which SIGKILLs its reward worker in the middle of an episode: at a step
+    after the episode's first (so a replacement must replay its actions), when $GRPO_TEST_KILL_DIR
+    names a directory. Only the pool's first worker (actor `<prefix>-0`) is killed: the call it dies
     under goes to the other worker, which never does, as a worker killed from outside would see
     it (a second death under the same call would rightly make its items suspects). Each kill claims
     a file `kill-<k>` there (at most `kills`), at least `every_s` after the last, in a process up
@@ -90,14 +90,14 @@ class KillsItsWorker(GuessNumber):
 
     def step(self, action):
         if self.guesses >= 1 and self._claim_a_kill():
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(_LOADED_BY[0], signal.SIGKILL)  # the worker (the step runs in a child of it)
         return super().step(action)
 
     def _claim_a_kill(self) -> bool:
         folder = os.environ.get("GRPO_TEST_KILL_DIR")
         if not folder or time.monotonic() - self.loaded_at < self.min_age_s:
             return False
-        if not (ray.is_initialized() and (ray.get_runtime_context().get_actor_name() or "").endswith("-0")):
+        if not _LOADED_BY[1].endswith("-0"):
             return False  # the driver (it plays demonstrations) or the other worker
         claimed = sorted(Path(folder).glob("kill-*"))
         if len(claimed) >= self.kills or (
@@ -106,6 +106,14 @@ class KillsItsWorker(GuessNumber):
             return False
         Path(folder, f"kill-{len(claimed)}").touch()
         return True
+
+
+# The process that imported this module (a reward worker imports it before it forks the child its
+# environments run in) and its actor's name ('' outside an actor), read here where Ray is at hand.
+_LOADED_BY = (
+    os.getpid(),
+    (ray.get_runtime_context().get_actor_name() or "") if ray.is_initialized() else "",
+)
 
 
 class UndeterministicKillsItsWorker(KillsItsWorker):
