@@ -1,9 +1,12 @@
 """The single-process trainer: SFT steps, GRPO steps, evaluation and resumable state.
 
-One object per process. Under torch.distributed with more than one rank it wraps the model in
-DDP itself; each rank then takes its contiguous share of a step's pairs (`trainer.distributed.shard`)
+One object per process. Under torch.distributed it holds the policy through its training strategy
+(`trainer.strategy`: `ddp` replicates it, wrapped in DDP above one rank; `fsdp` shards each block of
+it over the ranks); each rank takes its contiguous share of a step's pairs (`trainer.distributed.shard`)
 and loss normalisers are summed over ranks, so W ranks x B/W pairs make the same update as one
-rank x B pairs. It owns its collaborators, each built from what it reads: `sampler` (the in-process
+rank x B pairs, under either strategy. Decoding reads whole weights: a step's sampling (and an
+evaluation, `decoding`) runs inside the strategy's `decoding()`, which gathers a sharded policy
+once and frees it after. It owns its collaborators, each built from what it reads: `sampler` (the in-process
 `Sampler`: decoding with the unwrapped module), `rollouts` (a GRPO step's samples handed to the
 rewards: `trainer.rollouts`) and `evaluator` (held-out decoding and scoring: `trainer.evaluator`);
 they read the step counts from the trainer's `progress`, and none of them imports the engine.
@@ -16,7 +19,6 @@ Sampling itself reads tokens on the host to decode them for the scorer, which is
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +26,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel
 
 from trainer.attention_backend import configure_attention, configure_policy_attention, configure_policy_linear
 from trainer.compile import maybe_compile
@@ -53,6 +54,7 @@ from trainer.sampling.in_process import InProcessSampler
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
 from trainer.sft import build_sft_batch, sft_loss_sum
+from trainer.strategy import StrategyConfig, build_strategy
 
 
 def _resolve_device(device: torch.device | str) -> torch.device:
@@ -63,7 +65,7 @@ def _resolve_device(device: torch.device | str) -> torch.device:
 
 
 class Trainer:
-    """SFT and GRPO on one policy, on one device (one rank of a DDP group when distributed)."""
+    """SFT and GRPO on one policy, on one device (one rank of a data-parallel group when distributed)."""
 
     def __init__(
         self,
@@ -75,13 +77,15 @@ class Trainer:
         policy: Policy | None = None,
         episodes: EpisodeHost | None = None,
         reward_token_ids: bool = False,
+        strategy: StrategyConfig | None = None,
     ) -> None:
         """The policy is `policy`, else built from cfg.model (the built-in GPT over `tokenizer`,
         initial weights drawn from cfg.seed). stop: the task's stop strings; a completion ends at
         the first one (`trainer.sampling.stop`). episodes: where multi-turn episodes run (an
         environment task): each sample is then an episode, a stop string ends a turn, and the
         episode's result is its reward (`trainer.sampling.episodes`). reward_token_ids: every
-        completion goes to the rewards with its sampled ids (`trainer.data.pairs.row_fields`)."""
+        completion goes to the rewards with its sampled ids (`trainer.data.pairs.row_fields`).
+        strategy: how the ranks hold the policy (`scaling.strategy`; ddp when None)."""
         self.cfg = cfg
         self.device = _resolve_device(device)
         self.policy = policy if policy is not None else build_policy(cfg, tokenizer)
@@ -96,12 +100,12 @@ class Trainer:
         self.sampling_precision = decoding_precision(cfg, self.precision, self.device, self.policy.width)
         self.attention = configure_policy_attention(self.policy, cfg.model, self.device, self.precision.dtype)
         self.linear_kernel = configure_policy_linear(self.policy, cfg.model, self.device)
-        self.model: nn.Module = self.policy.module.to(self.device)
-        wrapped: nn.Module = self.model
-        if self.world > 1:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            wrapped = DistributedDataParallel(self.model, device_ids=ids)
-        self.ddp = wrapped if self.world > 1 else None
+        reference_on_cpu = cfg.grpo.ref_on_cpu if cfg.grpo.beta > 0 and cfg.grpo.steps > 0 else None
+        self.strategy = build_strategy(
+            strategy or StrategyConfig(), self.device, self.world, self.precision, reference_on_cpu
+        )
+        self.model: nn.Module = self.policy.module  # replicated or sharded in place by the strategy
+        wrapped = self.strategy.wrap(self.policy)
         self.train_model = maybe_compile(
             wrapped, device=self.device, enabled=cfg.model.compile, what="the training forward", dynamic=True
         )
@@ -111,7 +115,7 @@ class Trainer:
         self.progress = Progress()
         self.sampler = InProcessSampler(
             self.policy, cfg.sampling, self.sampling_precision, cfg.seed, self.device,
-            stop=stop, episodes=episodes, reward_token_ids=reward_token_ids,
+            stop=stop, episodes=episodes, reward_token_ids=reward_token_ids, weights=self.strategy.decoding,
         )  # fmt: skip
         self.rollouts = Rollouts(self.sampler, cfg.sampling, self.progress)
         self.evaluator = Evaluator(self.sampler, cfg, self.progress)
@@ -131,12 +135,14 @@ class Trainer:
 
     # ----------------------------------------------------------------- building blocks
     def optimizer(self, phase: str) -> GuardedOptimizer:
-        """The phase's optimiser ('sft' or 'grpo'), built on first use: GRPO starts with fresh moments."""
+        """The phase's optimiser ('sft' or 'grpo'), built on first use: GRPO starts with fresh moments,
+        and the SFT optimiser's moments (twice the trainable weights) are freed when it does."""
         if phase not in self.optimizers:
             c = self.cfg
             if phase == "sft":
                 lr, warmup, sched, total = c.sft.lr, c.sft.warmup_steps, c.sft, c.sft.steps
             elif phase == "grpo":
+                self.optimizers.pop("sft", None)
                 lr, warmup, sched = c.optim.lr, c.optim.warmup_steps, c.optim
                 total = c.grpo.steps * c.grpo.epochs * c.grpo.minibatches  # optimiser steps of the phase
             else:
@@ -144,6 +150,7 @@ class Trainer:
             self.optimizers[phase] = GuardedOptimizer(
                 self.model, lr, warmup, c.optim, self.precision,
                 schedule=sched.lr_schedule, total_steps=total, min_lr_ratio=sched.min_lr_ratio,
+                strategy=self.strategy,
             )  # fmt: skip
         return self.optimizers[phase]
 
@@ -153,7 +160,7 @@ class Trainer:
         if self.cfg.grpo.beta == 0:
             return None
         if self._reference is None:
-            self._reference = self.policy.reference(self.cfg.grpo.ref_on_cpu)
+            self._reference = self.strategy.reference(self.policy, self.cfg.grpo.ref_on_cpu)
         return self._reference
 
     @property
@@ -166,9 +173,10 @@ class Trainer:
         """This rank's contiguous share of a step's items (all of them at world size 1)."""
         return shard(items, self.rank, self.world)
 
-    def _no_sync(self, skip_sync: bool):
-        """DDP: accumulate gradients locally on all but the last micro-batch of an optimiser step."""
-        return self.ddp.no_sync() if (self.ddp is not None and skip_sync) else contextlib.nullcontext()
+    def decoding(self):
+        """A context in which the policy's weights are whole on this rank (`TrainingStrategy.decoding`):
+        collective under fsdp, so every rank enters it when one decodes (a held-out evaluation)."""
+        return self.strategy.decoding()
 
     def _finish(self, metrics: DeviceMetrics, opt: GuardedOptimizer | None) -> dict[str, float]:
         """The step's single device-to-host transfer, then the consecutive-skip check."""
@@ -191,7 +199,7 @@ class Trainer:
         lr = opt.lr
         with self.precision.autocast():
             loss_sum = sft_loss_sum(self.train_model, batch)
-        loss = loss_sum * (self.world / total_tokens)  # DDP averages gradients over ranks
+        loss = loss_sum * (self.world / total_tokens)  # both strategies average gradients over ranks
         self.precision.backward(loss)
         result = opt.step(loss)
         self.progress.sft_steps += 1
@@ -211,25 +219,18 @@ class Trainer:
     def reference_logprobs(self, rollouts: Sequence[Rollout]) -> list[Tensor] | None:
         """Log-probs `[N, L]` of each rollout under the reference model; None when beta = 0.
 
-        With grpo.ref_on_cpu the reference is moved to the device for this pass only.
+        With grpo.ref_on_cpu the reference computes on the device for this pass only
+        (`TrainingStrategy.reference_pass`).
         """
         ref = self.reference()
         if ref is None:
             return None
-        moved = ref.is_copy and self.cfg.grpo.ref_on_cpu and self.device.type != "cpu"
-        if moved:
-            ref.module.to(self.device)
-        try:
-            with torch.no_grad(), self.precision.autocast(), ref.context():
-                t = self.cfg.sampling.temperature
-                share = self.policy.shared_prefix
-                return [
-                    completion_logprobs(ref.module, r, t, entropy=False, shared_prefix=share)[0]
-                    for r in rollouts
-                ]
-        finally:
-            if moved:
-                ref.module.to("cpu")
+        with self.strategy.reference_pass(ref), torch.no_grad(), self.precision.autocast(), ref.context():
+            t = self.cfg.sampling.temperature
+            share = self.policy.shared_prefix
+            return [
+                completion_logprobs(ref.module, r, t, entropy=False, shared_prefix=share)[0] for r in rollouts
+            ]
 
     def grpo_step(
         self,
@@ -270,7 +271,7 @@ class Trainer:
     def _draw(self, pairs: Sequence[Any], rewards: RewardSource, timer: PhaseTimer, offset: int) -> Batch:
         """This rank's share of `pairs` sampled, referenced and scored (prompt numbers from `offset`)."""
         local = self.local_share(pairs)
-        with timer.phase("sample_s"):
+        with timer.phase("sample_s"), self.strategy.decoding():  # a sharded policy gathered once
             first = offset + self.rank * len(local)
             rollouts, tickets = self.rollouts.sample(local, rewards, first_index=first)
         with timer.phase("ref_s"):  # runs while the reward workers score (when they are asynchronous)
@@ -283,7 +284,7 @@ class Trainer:
         return UpdateContext(
             model=self.train_model,
             precision=self.precision,
-            no_sync=self._no_sync,
+            no_sync=self.strategy.no_sync,
             world=self.world,
             device=self.device,
             temperature=self.cfg.sampling.temperature,
@@ -358,11 +359,15 @@ class Trainer:
         """Everything for an exact resume: weights, reference, optimisers, scaler, counters, RNG, config.
 
         Sampling needs no generator state: each row's noise is keyed by (seed, GRPO step, prompt, sample).
-        Tensors are live views of the trainer's own: serialise them (save_checkpoint) before training on.
+        Weights and optimiser states are whole (`TrainingStrategy.model_state`): every rank calls this
+        together (collective under fsdp, where rank 0 alone gets them), and any world size and either
+        strategy loads them. Under ddp tensors are live views of the trainer's own: serialise them
+        (save_checkpoint) before training on.
         """
+        ref = self.ref_model
         return {
-            "model": self.model.state_dict(),
-            "ref_model": None if self.ref_model is None else self.ref_model.state_dict(),
+            "model": self.strategy.model_state(self.model),
+            "ref_model": None if ref is None else self.strategy.model_state(ref),
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "precision": self.precision.state_dict(),
             "counters": {"sft_steps": self.sft_steps, "grpo_steps": self.grpo_steps},
@@ -371,13 +376,14 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        """Every rank loads the same whole state (written by any world size, under either strategy)."""
+        self.strategy.load_model_state(self.model, state["model"])
         if state.get("ref_model") is not None:
             self._reference = None
             ref = self.reference()
             if ref is None:
                 raise ValueError("checkpoint has a reference model but grpo.beta is 0")
-            ref.module.load_state_dict(state["ref_model"])
+            self.strategy.load_model_state(ref.module, state["ref_model"])
         for name, opt_state in state["optimizers"].items():
             self.optimizer(name).load_state_dict(opt_state)
         self.precision.load_state_dict(state["precision"])

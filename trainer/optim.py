@@ -11,13 +11,16 @@ host never waits for the GPU to decide. That is why AdamW is fused on CPU as wel
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from trainer.config import LRSchedule, OptimConfig
 from trainer.precision import Precision
+
+if TYPE_CHECKING:
+    from trainer.strategy.base import TrainingStrategy
 
 
 class NonFiniteStepsError(RuntimeError):
@@ -91,6 +94,10 @@ class StepResult(NamedTuple):
 class GuardedOptimizer:
     """AdamW plus clipping plus the non-finite guard, with a host-side step counter for the schedule.
 
+    The gradient norm (clipping, the guard) and the optimiser's state dict come from the training
+    strategy that holds `model` (`trainer.strategy`): under fsdp each rank holds a shard of every
+    gradient, and the norm and the state are the whole model's.
+
     The schedule advances on every attempted step, skipped or not (the host does not know which
     without a sync). `check_skips(consecutive)` is called by the trainer once the step's metrics
     are on the host, and raises `NonFiniteStepsError` after `max_consecutive_skips` in a row.
@@ -107,9 +114,16 @@ class GuardedOptimizer:
         schedule: LRSchedule = "constant",
         total_steps: int = 0,
         min_lr_ratio: float = 0.0,
+        strategy: TrainingStrategy | None = None,
     ) -> None:
         """schedule, total_steps, min_lr_ratio: the decay after warm-up (`lr_at`); total_steps counts
-        optimiser steps of the phase."""
+        optimiser steps of the phase. strategy: what holds `model` (None: one whole copy, as ddp)."""
+        if strategy is None:
+            from trainer.strategy.ddp import DDPStrategy
+
+            strategy = DDPStrategy(precision.device, 1)
+        self.model = model
+        self.strategy = strategy
         self.cfg = cfg
         self.base_lr = base_lr
         self.warmup_steps = warmup_steps
@@ -137,13 +151,9 @@ class GuardedOptimizer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.precision.unscale_(self.optimizer)
-        grads = [p.grad for p in self.params if p.grad is not None]
+        grad_norm = self.strategy.grad_norm([p.grad for p in self.params if p.grad is not None])
         if self.cfg.grad_clip is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.params, self.cfg.grad_clip, error_if_nonfinite=False, foreach=True
-            )
-        else:
-            grad_norm = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False, foreach=True)
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.cfg.grad_clip, grad_norm, foreach=True)
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss.detach())
         skipped = (~finite).float()
         self.optimizer.found_inf = skipped  # fused AdamW: 1 -> no change to weights, moments or step
@@ -165,13 +175,14 @@ class GuardedOptimizer:
             )
 
     def state_dict(self) -> dict:
+        """The optimiser's state (whole: collective under fsdp), its step count and skip streak."""
         return {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.strategy.optimizer_state(self.model, self.optimizer),
             "steps": self.steps,
             "consecutive_skips": int(self.consecutive.item()),  # checkpoint time, not the hot path
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
         self.steps = int(state["steps"])
         self.consecutive.fill_(int(state["consecutive_skips"]))

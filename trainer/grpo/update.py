@@ -52,7 +52,7 @@ UPDATE_METRICS: dict[str, float] = {
 class UpdateContext:
     """What an update needs from the trainer that runs it, and nothing more."""
 
-    model: nn.Module  # the module to train through (DDP and/or torch.compile wrapper)
+    model: nn.Module  # the module to train through (the strategy's: DDP's wrapper or the sharded module)
     precision: Precision
     no_sync: Callable[[bool], AbstractContextManager]  # no_sync(True): accumulate without all-reduce
     world: int  # data-parallel ranks
@@ -167,7 +167,7 @@ class GRPOUpdate:
         loss = aggregate_loss(terms.pg, mask, row_weight, cfg.loss_agg, denominators[0])
         if part.ref is not None:
             loss = loss + cfg.beta * aggregate_loss(terms.kl, mask, kl_weight, cfg.loss_agg, denominators[1])
-        # DDP averages gradients over ranks: multiply by the world size to get the global sum / denominator.
+        # Both strategies average gradients over ranks: times the world size is the global sum / denominator.
         loss = loss * ctx.world
         ctx.precision.backward(loss)
         kept = mask & row_weight.bool().unsqueeze(1)

@@ -18,7 +18,13 @@ from trainer.model_config import BuiltinModelConfig
 from trainer.policy.attention import attention_mask, eager_attention, mask_input, positions_from_mask
 from trainer.policy.kv_cache import KVCache
 from trainer.policy.linear_kernel import KernelLinear, step_linear
-from trainer.policy.shared_prefix import dropout_active, shared_inputs, shared_prefix_hidden
+from trainer.policy.shared_prefix import (
+    Packed,
+    dropout_active,
+    packed_block,
+    shared_inputs,
+    shared_prefix_hidden,
+)
 
 
 def _norm(ln: nn.LayerNorm, x: Tensor) -> Tensor:
@@ -84,7 +90,12 @@ class Block(nn.Module):
         kv_cache: KVCache | None = None,
         layer: int = 0,
         cols: Tensor | None = None,
+        packed: Packed | None = None,
     ) -> Tensor:
+        """packed: x holds rows packed for a shared-prefix forward (`trainer.policy.shared_prefix`);
+        it comes through this forward so that a wrapper of the block (FSDP's) sees the call."""
+        if packed is not None:
+            return packed_block(self, x, packed)
         x = x + self.attn(self.ln_1(x), mask, kv_cache, layer, cols)
         return x + self.mlp(self.ln_2(x))
 

@@ -35,6 +35,14 @@ class Packing(NamedTuple):
         return self.prompts * self.prefix
 
 
+class Packed(NamedTuple):
+    """What a block needs besides its packed rows: their split and the two attention masks."""
+
+    packing: Packing
+    prompt_mask: Tensor  # the prompts' queries over their own keys
+    completion_mask: Tensor  # each completion's queries over its prompt's keys and its own
+
+
 def dropout_active(module: nn.Module) -> bool:
     """Whether `module` is training with a dropout that drops: shared prompt columns would then share
     one draw of its noise across the group, so the shared-prefix forward is not taken."""
@@ -88,9 +96,11 @@ def _attention(attn: nn.Module, h: Tensor, pk: Packing, masks: tuple[Tensor, Ten
     return attn.resid_dropout(attn.c_proj(y))
 
 
-def _block(block: nn.Module, x: Tensor, pk: Packing, prompt_mask: Tensor, completion_mask: Tensor) -> Tensor:
-    """A `trainer.policy.gpt.Block` over packed rows `x` `[M, C]` -> `[M, C]`."""
-    x = x + _attention(block.attn, block.ln_1(x), pk, (prompt_mask, completion_mask))
+def packed_block(block: nn.Module, x: Tensor, packed: Packed) -> Tensor:
+    """A `trainer.policy.gpt.Block` over packed rows `x` `[M, C]` -> `[M, C]` (what the block's
+    forward runs when it is given `packed`)."""
+    masks = (packed.prompt_mask, packed.completion_mask)
+    x = x + _attention(block.attn, block.ln_1(x), packed.packing, masks)
     return x + block.mlp(block.ln_2(x))
 
 
@@ -123,11 +133,12 @@ def shared_prefix_hidden(
     )
     x = tr.drop(emb)
     use_checkpoint = model.config.gradient_checkpointing and model.training
-    for block in tr.h:
+    packed = Packed(pk, prompt_mask, completion_mask)
+    for block in tr.h:  # each block called as a module: FSDP gathers a sharded block in its forward
         if use_checkpoint:
-            x = checkpoint(_block, block, x, pk, prompt_mask, completion_mask, use_reentrant=False)
+            x = checkpoint(block, x, None, packed=packed, use_reentrant=False)
         else:
-            x = _block(block, x, pk, prompt_mask, completion_mask)
+            x = block(x, None, packed=packed)
     completion = x[pk.prompt_rows :].view(n, pk.completion, -1)
     if keep <= pk.completion:
         return completion[:, pk.completion - keep :]

@@ -8,7 +8,8 @@ under: the decoding precision (`trainer.precision.decoding_precision`), the torc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,10 +44,13 @@ class InProcessSampler:
         stop: Sequence[str] = (),
         episodes: EpisodeHost | None = None,
         reward_token_ids: bool = False,
+        weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> None:
         """stop: the task's stop strings (a completion, or an episode's turn, ends at the first one:
         `trainer.sampling.stop`). episodes: where an environment task's episodes run. reward_token_ids:
-        each completion comes with its sampled ids (`Completions.token_ids`)."""
+        each completion comes with its sampled ids (`Completions.token_ids`). weights: a context in
+        which the policy's weights are whole (a sharded policy gathered: `TrainingStrategy.decoding`),
+        entered around each decoding."""
         self.policy = policy
         self.tokenizer = policy.tokenizer
         self.cfg = cfg
@@ -56,6 +60,7 @@ class InProcessSampler:
         self.stop = tuple(stop)
         self.episodes = episodes
         self.reward_token_ids = reward_token_ids
+        self.weights = weights
         self.threads: int | None = None  # torch threads while decoding; None: as set for the process
         self.fixed_length = False  # benchmarks: every row decodes max_new_tokens, EOS ignored (equal work)
 
@@ -93,7 +98,7 @@ class InProcessSampler:
         noise from row_keys `[B*k]`, else from `generator` (`trainer.sampling.sampler.generate`)."""
         cfg = self.cfg if k == self.cfg.group_size else self.cfg.model_copy(update={"group_size": k})
         ids = [self.tokenizer.encode_prompt(p) for p in prompts]
-        with self.precision.autocast(), torch_threads(self.threads):
+        with self.weights(), self.precision.autocast(), torch_threads(self.threads):
             rollout = generate(
                 self.policy,
                 ids,
@@ -115,7 +120,7 @@ class InProcessSampler:
     def _play(self, batches: Sequence[EpisodeBatch], cfg: SamplingConfig, greedy: bool) -> list[Episodes]:
         if self.episodes is None:
             raise ValueError("episodes are played only for an environment task (no episode host given)")
-        with self.precision.autocast(), torch_threads(self.threads):
+        with self.weights(), self.precision.autocast(), torch_threads(self.threads):
             return generate_episode_batches(
                 self.policy, self.episodes, batches, cfg, self.stop, greedy=greedy
             )
@@ -137,7 +142,7 @@ class InProcessSampler:
         """Time a short greedy decode of `prompt` under each thread count, and decode with the
         fastest from now on (`trainer.sampling.decode_threads`)."""
         ids = self.tokenizer.encode_prompt(prompt)
-        with self.precision.autocast():
+        with self.weights(), self.precision.autocast():
             chosen = time_decode_threads(self.policy, ids, self.cfg, candidates)
         self.threads = chosen.threads
         return chosen
