@@ -35,12 +35,12 @@ def test_status_table_shows_pool_health_placement_and_held_out_by_length():
         line.split(None, 1)
         for line in status_table(status_from_job("r1", "RUNNING", None, _logs())).splitlines()[1:]
     )
-    assert rows["pool.workers"] == "3 of 4 alive" and rows["pool.worker_restarts"] == "2"
-    assert (
-        rows["pool.timeouts"] == "1" and rows["pool.placement"] == "reward_workers=cpu nodes, chunk_size=2048"
-    )
-    assert rows["eval.step"] == "10" and rows["eval.exact_match"] == "0.25"
-    assert rows["eval.by_plies.1"] == "exact_match 0.5  count 40"
+    # each figure says the step it comes from: the pool's the last step record's, the held-out the evaluation's
+    assert rows["pool.workers"] == "3 of 4 alive (step 12)" and rows["pool.worker_restarts"] == "2 (step 12)"
+    assert rows["pool.timeouts"] == "1 (step 12)"
+    assert rows["pool.placement"] == "reward_workers=cpu nodes, chunk_size=2048 (step 12)"
+    assert rows["eval.step"] == "10" and rows["eval.exact_match"] == "0.25 (step 10)"
+    assert rows["eval.by_plies.1"] == "exact_match 0.5  count 40 (step 10)"
 
 
 def test_a_run_without_pool_records_shows_no_pool_rows():
@@ -66,4 +66,4 @@ def test_the_pool_health_carries_recycles_and_the_largest_worker_rss():
     step = {"run_id": "r1", "step": 6, "total_steps": 40, "phase": "grpo", "pool": {**POOL, **pool}}
     table = status_table(status_from_job("r1", "RUNNING", None, format_record(PROGRESS_PREFIX, step)))
     shown = dict(line.split(None, 1) for line in table.splitlines()[1:])
-    assert shown["pool.recycled"] == "3" and shown["pool.worker_rss_mb_max"] == "202 MB"
+    assert shown["pool.recycled"] == "3 (step 6)" and shown["pool.worker_rss_mb_max"] == "202 MB (step 6)"
