@@ -21,11 +21,12 @@ def build_policy(
     cfg: TrainerConfig, tokenizer: CharTokenizer | None = None, prompt_format: PromptFormat | None = None
 ) -> Policy:
     """The run's policy: the built-in GPT over `tokenizer` (weights drawn from cfg.seed), or the
-    `transformers` model of cfg.model.path rendered with `prompt_format`."""
+    `transformers` model of cfg.model.path rendered with `prompt_format` (new LoRA adapters drawn
+    from cfg.seed)."""
     if cfg.model.source == "hf":
         from trainer.policy.hf import HFPolicy
 
-        return HFPolicy.load(cfg.model, prompt_format)
+        return HFPolicy.load(cfg.model, prompt_format, seed=cfg.seed)
     if tokenizer is None:
         raise ValueError("the built-in policy needs the task's CharTokenizer")
     return BuiltinPolicy.create(cfg.model, tokenizer, cfg.seed)

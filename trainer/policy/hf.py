@@ -118,7 +118,9 @@ def loaded_attention(cfg: HFModelConfig) -> str:
     return "sdpa" if cfg.attn_implementation == "auto" else cfg.attn_implementation
 
 
-def load_model(cfg: HFModelConfig, vocab: int) -> nn.Module:
+def load_model(cfg: HFModelConfig, vocab: int, seed: int = 0) -> nn.Module:
+    """The transformers model of cfg.path in float32 (a PAD row added to a `vocab` wide embedding),
+    with new LoRA adapters drawn from `seed`: every rank, and every run of the config, starts alike."""
     hf_logging.disable_progress_bar()  # a bar per load and save would flood job logs
     model = AutoModelForCausalLM.from_pretrained(
         cfg.path, dtype=torch.float32, attn_implementation=loaded_attention(cfg), **load_kwargs(cfg)
@@ -129,7 +131,9 @@ def load_model(cfg: HFModelConfig, vocab: int) -> nn.Module:
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora is not None:
-        model = _with_lora(model, cfg)
+        with torch.random.fork_rng(devices=[]):  # the adapters' initial draw, apart from the global RNG
+            torch.manual_seed(seed)
+            model = _with_lora(model, cfg)
     return model
 
 
@@ -169,10 +173,11 @@ class HFPolicy:
         _sync_special_ids(self.base_model, tokenizer.tok)
 
     @classmethod
-    def load(cls, cfg: HFModelConfig, fmt: PromptFormat | None = None) -> HFPolicy:
+    def load(cls, cfg: HFModelConfig, fmt: PromptFormat | None = None, seed: int = 0) -> HFPolicy:
+        """seed: new LoRA adapters' initial weights (`load_model`)."""
         tok = load_tokenizer(cfg)
         tokenizer = HFTokenizer(tok, fmt)
-        return cls(load_model(cfg, len(tok)), tokenizer, cfg)
+        return cls(load_model(cfg, len(tok), seed), tokenizer, cfg)
 
     @property
     def model(self) -> nn.Module:

@@ -16,6 +16,8 @@ does not depend on the backend's averaging.
   sharded module does not allow ("mixed torch.Tensor and DTensor"): `decoding()` unshards every
   FSDP module at once, keeps them whole through the forwards decoding runs, and reshards after.
   The whole policy is then held on each rank in the gathered dtype (the memory plan counts it).
+- Every rank starts from rank 0's weights (broadcast before sharding, as DDP does at its start): a
+  draw that differed by rank would otherwise be sharded into a mix of the ranks' draws.
 - The KL reference (a copy) is sharded the same way; it is made before the policy is sharded and
   takes the policy's shards when GRPO starts (`reference`), so the copy never gathers anything.
   With `grpo.ref_on_cpu` on a GPU its shards live on the CPU (FSDP2's CPUOffloadPolicy).
@@ -31,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
@@ -102,6 +105,7 @@ class FSDPStrategy:
     # ------------------------------------------------------------------ sharding
     def wrap(self, policy: Policy) -> nn.Module:
         module = policy.module
+        _from_rank0(module, self.device)
         if self.reference_on_cpu is not None:  # copied while whole: the copy never gathers
             self._ref = policy.reference(self.reference_on_cpu)
         self._shard(module, self.cfg.reshard_after_forward, offload=False)
@@ -231,6 +235,22 @@ class FSDPStrategy:
             "fsdp_param_dtype": self.param_dtype,
             "fsdp_param_dtype_reason": self.param_dtype_reason,
         }
+
+
+@torch.no_grad()
+def _from_rank0(module: nn.Module, device: torch.device) -> None:
+    """Rank 0's weights and buffers on every rank, one tensor at a time (through `device` on NCCL,
+    which moves device tensors only)."""
+    via = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    seen: set[int] = set()
+    for t in [*module.parameters(), *module.buffers()]:
+        if id(t) in seen:  # tied weights: once
+            continue
+        seen.add(id(t))
+        staged = t.detach().to(via)
+        dist.broadcast(staged, src=0)
+        if staged.data_ptr() != t.data_ptr():
+            t.detach().copy_(staged)
 
 
 @torch.no_grad()
