@@ -33,8 +33,7 @@ class ScoreResult:
     components: dict[str, float] = field(default_factory=dict)
     status: str = OK
     reason: str | None = None  # why, for error / bad_input / too_long / timeout
-    text: str | None = None  # what the item hands back besides its reward (an environment's observation)
-    info: dict[str, Any] | None = None  # what the item reports for the records (an environment call's infos)
+    info: dict[str, Any] | None = None  # what the item reports for the records (a reward's log_extra)
 
     @property
     def usable(self) -> bool:

@@ -2,7 +2,7 @@
 
 A list of dataclasses pickles object by object; columns of numbers pickle as a few buffers. A
 chunk's results become `EncodedResults`: totals and status codes as arrays, components as a
-value matrix with a presence mask (absent components stay absent), reasons, texts and infos only
+value matrix with a presence mask (absent components stay absent), reasons and infos only
 where set, with what the rewards logged during the call. `decode` gives back results equal to
 the encoded ones.
 """
@@ -31,7 +31,6 @@ class EncodedResults:
     components: np.ndarray  # [n, C] float64; meaningful where present
     present: np.ndarray  # [n, C] bool: item i has component j
     reasons: dict[int, str] = field(default_factory=dict)  # item index -> reason, only where not None
-    texts: dict[int, str] = field(default_factory=dict)  # item index -> text, only where not None
     infos: dict[int, dict] = field(default_factory=dict)  # item index -> info, only where not None
     # The components the scorer names as its own (`Scorer.component_names`), whose means a step
     # reports; others a result carries (the code task's `sandbox_<status>` flags) are not averaged.
@@ -90,7 +89,6 @@ def encode(results: Sequence[ScoreResult], reported: Sequence[str] = ()) -> Enco
         components=components,
         present=present,
         reasons={i: r.reason for i, r in enumerate(results) if r.reason is not None},
-        texts={i: r.text for i, r in enumerate(results) if r.text is not None},
         infos={i: r.info for i, r in enumerate(results) if r.info is not None},
         reported=tuple(reported),
     )
@@ -106,9 +104,7 @@ def decode(enc: EncodedResults) -> list[ScoreResult]:
     out = []
     for i in range(len(enc)):
         comps = {names[j]: values[i][j] for j, has in enumerate(present[i]) if has}
-        out.append(
-            ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i), enc.texts.get(i), enc.infos.get(i))
-        )
+        out.append(ScoreResult(totals[i], comps, statuses[i], enc.reasons.get(i), enc.infos.get(i)))
     return out
 
 

@@ -190,7 +190,12 @@ class WorkerPool:
         workers in pieces worth a call (`pool.spread_min_s`, `pool.min_chunk_size`)."""
         if self._closed:
             raise RewardPoolUnavailable("the reward pool was shut down")
-        n = len(items[0]) if items else 0
+        sizes = sorted({len(column) for column in items})
+        if len(sizes) > 1:
+            raise ValueError(
+                f"the columns of a call's items need one entry per item each, got lengths {sizes}"
+            )
+        n = sizes[0] if sizes else 0
         ticket = Ticket(self.pool_id, n, group_ids, time.monotonic())
         if workers is None:
             piece = self._dispatcher.item_cost.min_piece(self.cfg.min_chunk_size, self.cfg.spread_min_s)

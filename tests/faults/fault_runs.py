@@ -151,7 +151,7 @@ class ProcInfo:
     pgrp: int
     session: int
     started_s: float  # seconds after boot
-    cmdline: str  # Ray workers show their actor class here ("ray::RewardWorker.score_chunk")
+    cmdline: str  # Ray workers show their actor class here ("ray::RewardWorker.call")
 
     def age_s(self) -> float:
         return float(Path("/proc/uptime").read_text().split()[0]) - self.started_s

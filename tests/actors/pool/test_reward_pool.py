@@ -13,6 +13,7 @@ from user_rewards import scoring_clock
 from actors.pool.config import PoolConfig
 from actors.pool.errors import RewardCollectTimeout, RewardPoolUnavailable
 from actors.pool.reward_pool import RewardPool
+from actors.pool.scoring import ChunkScorer
 from actors.pool.submission import chunk_payload
 from bench.pool_workload import measure_pool, realistic_batch
 from rewards import (
@@ -170,6 +171,8 @@ def test_bad_submissions_are_refused_with_a_clear_error():
             pool.submit("abc", [FEN] * 3)
         with pytest.raises(ValueError, match="group_ids"):
             pool.submit(["a"], [FEN], group_ids=[1, 2])
+        with pytest.raises(ValueError, match=r"one entry per item each, got lengths \[1, 2\]"):
+            pool.workers.call(ChunkScorer.score, (["a", "b"], [FEN]))
         with pytest.raises(ValueError, match="not a ticket of this pool"):
             pool.collect([other.submit(["a"], [FEN])])
         empty = pool.collect([pool.submit([], [])])
