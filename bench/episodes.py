@@ -101,7 +101,7 @@ def _pairs(first: int, n: int, with_demos: bool) -> list[EpisodePair]:
     out = []
     for i in range(first, first + n):
         row = GuessNumber.generate_row(i, 0)
-        out.append(task.pair(row, i, GuessNumber) if with_demos else task.prompt_pair(row, GuessNumber))
+        out.append(task.pair(row, i) if with_demos else task.prompt_pair(row))
     random.Random(0).shuffle(out)
     return out
 

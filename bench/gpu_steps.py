@@ -18,9 +18,9 @@ import torch
 
 from bench.inline_scoring import scorer_rewards
 from bench.results import add_table, new_section
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from service.presets import PRESETS
-from service.task_config import FenTaskConfig
+from service.tasks import FenTaskConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
@@ -47,7 +47,7 @@ def preset_trainer_config(preset: str, extra: dict[str, Any]) -> TrainerConfig:
 
 
 def fen_rewards() -> InlineRewards:
-    return InlineRewards(scorer_rewards(Scorer(RewardConfig())))
+    return InlineRewards(scorer_rewards(FenScorer(RewardConfig())))
 
 
 def time_variant(

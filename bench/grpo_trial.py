@@ -31,7 +31,7 @@ from actors.run.threads import choose_sampling_threads
 from bench.inline_scoring import scorer_rewards
 from bench.isolated import PeakMemory
 from bench.timing import median
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
@@ -175,11 +175,11 @@ def _open_rewards(
         ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
     reward_cfg = RewardConfig.model_validate(reward or {})
     if kind == "inline":
-        return InlineRewards(scorer_rewards(Scorer(reward_cfg))), None
+        return InlineRewards(scorer_rewards(FenScorer(reward_cfg))), None
     cfg = PoolConfig(**{**(pool_cfg or {}), "name_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
     pool = RewardPool.create(reward_cfg, cfg, run_id="bench")
     if kind == "auto":  # pool.placement=auto, as the service runs it
-        return PlacedRewards(pool, Scorer(reward_cfg), "auto", log=lambda line: None), pool
+        return PlacedRewards(pool, FenScorer(reward_cfg), "auto", log=lambda line: None), pool
     return pool, pool
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from bench.inline_scoring import scorer_rewards
 from bench.results import add_table, new_section, set_headline
 from bench.timing import median
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.engine import Trainer
@@ -90,7 +90,7 @@ def bench_rates(
     tokens per second (`<policy>/tokens_per_s`). fixed_length: every
     completion decodes max_new_tokens (EOS ignored)."""
     pairs = generate_pairs(plan.prompts, seed=5, min_plies=1, max_plies=4)
-    rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))
+    rewards = InlineRewards(scorer_rewards(FenScorer(RewardConfig())))
     out: dict[str, list[float]] = {
         k: [] for p in policies for k in (p, f"{p}/sample_s", f"{p}/update_s", f"{p}/tokens_per_s")
     }

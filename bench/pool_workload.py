@@ -21,7 +21,7 @@ from actors.pool.reward_pool import RewardPool
 from actors.pool.work import plan_chunks
 from bench.timing import median
 from bench.workload import realistic_completions
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from trainer.data.chess_games import generate_pairs
 
 GROUP_SIZE = 8  # completions per prompt, laid out group after group as the trainer submits them
@@ -47,7 +47,7 @@ def _seconds(fn: Any, completions: list[str], targets: list[str]) -> float:
 
 
 def _in_process(reward: RewardConfig, completions: list[str], targets: list[str]) -> None:
-    Scorer(reward).score_batch(completions, targets)  # a fresh memo: the batch is new to it
+    FenScorer(reward).score_batch(completions, targets)  # a fresh memo: the batch is new to it
 
 
 def bench_pool_config(workers: int, chunk: int, prefix: str) -> PoolConfig:

@@ -24,7 +24,7 @@ from bench.grpo import reference_config, with_updates
 from bench.grpo_trial import CHESS_TOKENIZER, GRPO_DATA_SEED, sft_warm_start
 from bench.inline_scoring import scorer_rewards
 from bench.machine import describe, load_average, machine_info
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import generate_pairs
 from trainer.engine import Trainer
@@ -64,7 +64,7 @@ def profile_steps(
     trainer.rollouts.sample = _labelled(trainer.rollouts.sample, PHASES[0])
     trainer.reference_logprobs = _labelled(trainer.reference_logprobs, PHASES[1])
     trainer.grpo_update = _labelled(trainer.grpo_update, PHASES[2])
-    rewards = InlineRewards(scorer_rewards(Scorer(RewardConfig())))
+    rewards = InlineRewards(scorer_rewards(FenScorer(RewardConfig())))
     n = trainer.cfg.grpo.prompts_per_step
     pairs = generate_pairs((warmup + steps) * n, seed=GRPO_DATA_SEED, min_plies=1, max_plies=4)
     for i in range(warmup):

@@ -22,7 +22,7 @@ from actors.pool.work import plan_chunks
 from bench.pool_workload import bench_pool_config, dispatch_overhead, realistic_batch
 from bench.results import add_table, new_section, set_headline
 from bench.timing import interleaved_times, median
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 
 HEADLINE_WORKERS = 2
 TARGET_POOL_SPEEDUP = 1.6
@@ -50,7 +50,7 @@ def _through(pool: RewardPool, batches: list[tuple[list[str], list[str]]]):
 
 def _scaling(plan: RewardPlan, batches: list, prefix: str) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """In-process loop and batch against pools of each worker count, interleaved round by round."""
-    scorer = Scorer(RewardConfig())
+    scorer = FenScorer(RewardConfig())
     chunk = PoolConfig().chunk_size
     pools = {w: _pool(w, chunk, prefix) for w in plan.worker_counts}
     try:
@@ -72,7 +72,7 @@ def _sweep(plan: RewardPlan, batches: list, prefix: str) -> dict[int, dict[str, 
     workers = max(plan.worker_counts)
     out = {}
     for chunk in plan.chunk_sizes:
-        scorer = Scorer(RewardConfig())  # a fresh memo, like the fresh workers
+        scorer = FenScorer(RewardConfig())  # a fresh memo, like the fresh workers
         with _pool(workers, chunk, prefix) as pool:
             out[chunk] = interleaved_times(
                 {

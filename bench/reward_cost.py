@@ -28,7 +28,7 @@ from bench.isolated import run_isolated
 from bench.pool_workload import realistic_batch
 from bench.results import add_table, new_section, set_headline
 from bench.timing import interleaved_times, median
-from rewards import EngineConfig, MoveScorer, RewardConfig, Scorer
+from rewards import EngineConfig, FenScorer, MoveScorer, RewardConfig, Scorer
 from rewards.config import UserRewardSpec
 from rewards.engine import EngineUnavailable, find_engine
 from trainer.data.chess_games import generate_pairs
@@ -149,7 +149,7 @@ def bench_reward_cost(plan: RewardCostPlan) -> dict[str, Any]:
     alone = {}
     for cost in plan.alone_costs:
         spec, _ = COSTS[cost]
-        alone[cost] = _alone(plan, Scorer(_reward(spec)), (completions, targets, None), prefix)
+        alone[cost] = _alone(plan, FenScorer(_reward(spec)), (completions, targets, None), prefix)
     if plan.engine_positions:
         alone.update(_engine_row(plan, prefix, section))
     _alone_table(section, alone, plan)

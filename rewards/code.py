@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 from rewards.code_judge import Judge, Plan
 from rewards.config import RewardConfig
 from rewards.result import INVALID, OK
-from rewards.scorer import Scorer, ValidityFn
-from rewards.user_reward import Fields, UserReward
+from rewards.scorer import Part, RewardComponent, Scorer
+from rewards.user_reward import Fields
 
 SANDBOX_OK, SANDBOX_ERROR = "ok", "sandbox_error"
 # The fields a code item may carry (its tests, and the prompt a HumanEval completion continues).
@@ -205,64 +205,73 @@ def code_reward(
     return run_tests(completion, fields).reward()
 
 
-class CodeScorer(Scorer):
-    """Scores completions by running them against each item's tests in the sandbox.
+def program_text(completion: str) -> str:
+    """A completion as the code task scores it: trailing space and leading blank lines go; the first
+    line's indentation stays (a function body continuing its prompt)."""
+    return re.sub(r"\A(?:[ \t]*\r?\n)+", "", completion.rstrip())
 
-    Components: `passed` and `total` (tests), and `sandbox_<status>` = 1 for the run's status.
-    Status `ok` when the program ran to its end, `invalid` (a usable 0) when it failed or hit a
-    limit, `error` (no reward) when the sandbox could not run it. User rewards add on top.
+
+class TestsPassed(RewardComponent):
+    """`tests`: the share of the item's tests the program passes (1/0 with all_or_nothing).
+
+    Reports `passed` and `total` (tests), and `sandbox_<status>` = 1 for the run's status. Status
+    `ok` when the program ran to its end, `invalid` (a usable 0) when it failed or hit a limit; a
+    program the sandbox could not run raises `SandboxFailure` (the item's status is then `error`).
     """
 
-    def __init__(self, config: RewardConfig | None = None, all_or_nothing: bool = False, limits: Any = None):
-        super().__init__(config)
+    name = "tests"
+    reports = ("passed", "total")
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, all_or_nothing: bool = False, limits: Any = None):
         self.all_or_nothing, self.limits = all_or_nothing, limits
+        self._memo: OrderedDict[tuple[str, str], CodeOutcome] = OrderedDict()
 
-    @classmethod
-    def _rebuilt(
-        cls, config: RewardConfig, user: tuple[UserReward, ...], all_or_nothing: bool, limits: Any
-    ) -> CodeScorer:
-        scorer = cls._with_resolved(config, user)
-        scorer.all_or_nothing, scorer.limits = all_or_nothing, limits
-        return scorer
+    def __getstate__(self) -> dict[str, Any]:
+        return {"all_or_nothing": self.all_or_nothing, "limits": self.limits}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self)._rebuilt, (self.config, self._user, self.all_or_nothing, self.limits))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["all_or_nothing"], state["limits"])
 
-    @property
-    def component_names(self) -> list[str]:
-        return ["passed", "total", *(u.name for u in self._user)]
-
-    def _target_ok(self, target: Any) -> bool:
-        return target is None or isinstance(target, str)
-
-    def _clean(self, completion: str) -> str:
-        """Trailing space and leading blank lines go; the first line's indentation stays (a body)."""
-        return re.sub(r"\A(?:[ \t]*\r?\n)+", "", completion.rstrip())
-
-    def _outcome(self, program: str, fields: Mapping[str, Any]) -> CodeOutcome:
+    def outcome(self, program: str, fields: Mapping[str, Any]) -> CodeOutcome:
         """run_tests, remembered: a group's equal completions run once (a run that ended in time
         repeats; one cut by a limit may not, so it is not kept)."""
-        memo = self.__dict__.setdefault("_memo", OrderedDict())
         key = (program, json.dumps(fields, sort_keys=True, default=str))
-        found = memo.get(key)
+        found = self._memo.get(key)
         if found is not None:
-            memo.move_to_end(key)
+            self._memo.move_to_end(key)
             return found
         outcome = run_tests(program, fields, self.limits)
         if outcome.status in _REPEATABLE:
-            memo[key] = outcome
-            if len(memo) > _MEMO_SIZE:
-                memo.popitem(last=False)
+            self._memo[key] = outcome
+            if len(self._memo) > _MEMO_SIZE:
+                self._memo.popitem(last=False)
         return outcome
 
-    def _builtin(
-        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn
-    ) -> tuple[dict[str, float], float, str]:
-        outcome = self._outcome(c, fields or {})
+    def judge(self, completion: str, target: Any, fields: Fields) -> Part:
+        outcome = self.outcome(completion, fields or {})
         components = {
             "passed": float(outcome.passed),
             "total": float(outcome.total),
             f"sandbox_{outcome.status}": 1.0,
         }
         status = OK if outcome.status == SANDBOX_OK else INVALID
-        return components, outcome.reward(self.all_or_nothing), status
+        return Part(components, outcome.reward(self.all_or_nothing), status)
+
+
+class CodeScorer(Scorer):
+    """The code task's scorer: each program run against its item's tests in the sandbox
+    (`TestsPassed`), plus the user rewards."""
+
+    def __init__(self, config: RewardConfig | None = None, all_or_nothing: bool = False, limits: Any = None):
+        self.tests = TestsPassed(all_or_nothing, limits)
+        super().__init__([(self.tests, 1.0)], config, clean=program_text, data_source="code")
+
+    @property
+    def all_or_nothing(self) -> bool:
+        return self.tests.all_or_nothing
+
+    @property
+    def limits(self) -> Any:
+        """The sandbox's limits for one run (`rewards.sandbox.SandboxLimits`; None: its defaults)."""
+        return self.tests.limits

@@ -73,11 +73,11 @@ async def _batch_values(
     """Per item, the values of the TRL-style rewards (one call each over the batch, side by side);
     None for an item whose call passed `timeout_s`."""
     done: list[dict[str, Any] | None] = [{} for _ in completions]
-    batched = [u for u in scorer.user_rewards if u.batched]
+    batched = scorer.users.batched
     index = scorer.rewarded(completions, targets) if batched else []
     if not index:
         return done
-    cleaned = [scorer._clean(completions[i]) for i in index]
+    cleaned = [scorer.clean(completions[i]) for i in index]
     picked = ([targets[i] for i in index], [rows[i] for i in index])
 
     extras_of: dict[str, dict[str, list[Any]]] = {}  # each call's log_extra columns, by reward
@@ -85,7 +85,7 @@ async def _batch_values(
     async def call(user: UserReward) -> list[Any] | None:
         n = len(index)
         try:
-            fn, kwargs, extras_of[user.name] = scorer.trl_call(user, cleaned, *picked)
+            fn, kwargs, extras_of[user.name] = scorer.users.trl_call(user, cleaned, *picked)
             if user.is_async:
                 raw = await asyncio.wait_for(fn(**kwargs), timeout_s)
             elif user.threads:
@@ -100,7 +100,7 @@ async def _batch_values(
         except Exception as exc:
             why = f"user reward {user.name!r} raised {type(exc).__name__}: {exc}"
             return [UserRewardError(why) for _ in range(n)]
-        return scorer.trl_checked(user, raw, n)
+        return scorer.users.trl_checked(user, raw, n)
 
     for user, values in zip(batched, await asyncio.gather(*(call(u) for u in batched)), strict=True):
         for k, i in enumerate(index):
@@ -119,9 +119,9 @@ async def _waiting_values(
 ) -> dict[str, Any]:
     """The values (or UserRewardErrors) of the item's async and threaded rewards, by name; empty
     when the item is not scored by its rewards at all (bad input, too long)."""
-    if not isinstance(completion, str) or len(completion.strip()) > scorer.config.max_chars:
+    if not isinstance(completion, str) or len(scorer.clean(completion)) > scorer.config.max_chars:
         return {}
-    c = completion.strip()
+    c = scorer.clean(completion)
     waiting = [u for u in scorer.user_rewards if u.concurrent and not u.batched]
     values = await asyncio.gather(*(_value(scorer, u, c, target, fields, executor) for u in waiting))
     return {u.name: v for u, v in zip(waiting, values, strict=True)}
@@ -131,14 +131,14 @@ async def _value(
     scorer: Scorer, user: UserReward, c: str, target: Any, fields: Fields, executor: Executor | None
 ) -> float | UserRewardError:
     try:
-        args, kwargs = scorer.item_args(user, c, target, fields)
-        fn = scorer.reward_callable(user)
+        args, kwargs = scorer.users.item_args(user, c, target, fields)
+        fn = scorer.users.reward_callable(user)
         if user.is_async:
             raw = await fn(*args, **kwargs)
         else:
             call = functools.partial(fn, *args, **kwargs)
             raw = await asyncio.get_running_loop().run_in_executor(executor, call)
-        return scorer.item_value(user, raw)
+        return scorer.users.item_value(user, raw)
     except UserRewardError as exc:
         return exc
     except Exception as exc:

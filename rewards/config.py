@@ -1,9 +1,10 @@
-"""Configuration of the composite reward: weights, the length cap, the cache and user rewards."""
+"""Configuration of the rewards: what every task's scorer shares (the length cap, the user rewards),
+and the keys of the built-in rewards (the fen reward's weights, the move reward's engine)."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -62,16 +63,22 @@ class UserRewardSpec(_Frozen):
 
 
 class RewardConfig(_Frozen):
-    """Weights of the components and limits. Default weights sum to 1, so totals lie in [0, 1]."""
+    """What every task's scorer reads: the length cap and the user rewards (a task's own weights
+    are in its section of the config: `FenRewardConfig` for the fen task)."""
 
-    validity_weight: float = Field(
-        0.25, description="weight of FEN validity (parses < parses but invalid < valid)"
-    )
-    similarity_weight: float = Field(0.5, description="weight of the Levenshtein similarity to the target")
-    exact_weight: float = Field(0.25, description="weight of an exact match of the target")
     max_chars: int = Field(512, ge=1, description="longer completions (after strip) score 0 as too_long")
-    cache_size: int = Field(65536, ge=0, description="validity memo entries in score_batch; 0 disables it")
     user: list[UserRewardSpec] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fen_keys_elsewhere(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fen = next((k for k in data if k in FenRewardConfig.model_fields), None)
+            if fen is not None:
+                raise ValueError(
+                    f"{fen} is a key of the fen reward (rewards.FenRewardConfig; task.{fen} in a run's config)"
+                )
+        return data
 
     @model_validator(mode="after")
     def _check_unique_user(self) -> RewardConfig:
@@ -81,6 +88,18 @@ class RewardConfig(_Frozen):
                 raise ValueError(f"user reward {spec.fn!r} is listed twice")
             seen.add(spec.fn)
         return self
+
+
+class FenRewardConfig(_Frozen):
+    """The fen reward's keys: the weights of its components (default weights sum to 1, so totals lie
+    in [0, 1]) and the memo of its validity tier."""
+
+    validity_weight: float = Field(
+        0.25, description="weight of FEN validity (parses < parses but invalid < valid)"
+    )
+    similarity_weight: float = Field(0.5, description="weight of the Levenshtein similarity to the target")
+    exact_weight: float = Field(0.25, description="weight of an exact match of the target")
+    cache_size: int = Field(65536, ge=0, description="validity memo entries in score_batch; 0 disables it")
 
 
 class EngineConfig(_Frozen):

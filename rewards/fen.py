@@ -1,4 +1,8 @@
-"""The two chess components: FEN validity tiers (the FEN rules and python-chess) and Levenshtein similarity.
+"""The fen task's reward: FEN validity tiers (the FEN rules and python-chess), Levenshtein similarity
+and exact match, weighted (`FenRewardConfig`), plus any user rewards.
+
+    FenScorer(RewardConfig(), FenRewardConfig(validity_weight=0.25)).score(completion, target_fen)
+    score(completion, target_fen)      # the default config (`from rewards import score`)
 
 Tiers (docs/concepts.md, "FEN validity tiers", is the one table of them):
 - `unparsable` (0.0): python-chess cannot read the position: the placement, side to move,
@@ -9,15 +13,25 @@ Tiers (docs/concepts.md, "FEN validity tiers", is the one table of them):
   python-chess's `status()` is not `STATUS_VALID` (kings, pawns on the back rank, a check by the
   side to move, an en-passant square without a double push, castling rights without the pieces);
 - `ok` (1.0): all of it holds.
-Both functions expect the completion already stripped and capped in length by the caller.
+Both functions expect the completion already stripped and capped in length by the caller (the
+scorer does both, `rewards.scorer`). `score_batch` memoises the validity tier of repeated completions
+(an exact hit shares its entry with the target, so the target is parsed once per batch, not once per
+completion) in a bounded LRU that lives as long as the scorer.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import chess
 import Levenshtein
 
-from rewards.result import INVALID, OK, UNPARSABLE
+from rewards.config import FenRewardConfig, RewardConfig
+from rewards.result import INVALID, OK, UNPARSABLE, ScoreResult
+from rewards.scorer import Part, RewardComponent, Scorer
+from rewards.user_reward import Fields
 
 FEN_FIELDS = 6
 CASTLING_ORDER = "KQkq"
@@ -68,3 +82,107 @@ def similarity(completion: str, target: str) -> float:
         return 1.0  # skip the distance: it is 0
     longest = max(len(completion), len(target), 1)
     return 1.0 - Levenshtein.distance(completion, target) / longest
+
+
+class FenValidity(RewardComponent):
+    """`validity`: the tier of `fen_validity`, which also gives the item its status."""
+
+    name = "validity"
+
+    def __init__(self, cache_size: int = FenRewardConfig().cache_size):
+        self.cache_size = cache_size
+        self._start()
+
+    def _start(self) -> None:
+        size = self.cache_size
+        self._memo = functools.lru_cache(maxsize=size)(fen_validity) if size else fen_validity
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cache_size": self.cache_size}  # the LRU wrapper cannot be pickled: rebuilt empty
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.cache_size = state["cache_size"]
+        self._start()
+
+    @staticmethod
+    def _part(tier: tuple[float, str]) -> Part:
+        validity, status = tier
+        return Part({"validity": validity}, validity, status)
+
+    def judge(self, completion: str, target: Any, fields: Fields) -> Part:
+        return self._part(fen_validity(completion))
+
+    def judge_in_batch(self, completion: str, target: Any, fields: Fields) -> Part:
+        return self._part(self._memo(completion))
+
+    def cache_info(self) -> dict[str, int]:
+        """Hits, misses and current size of the memo (all 0 when it is disabled)."""
+        info = getattr(self._memo, "cache_info", None)
+        if info is None:
+            return {"hits": 0, "misses": 0, "size": 0}
+        ci = info()
+        return {"hits": ci.hits, "misses": ci.misses, "size": ci.currsize}
+
+
+class Similarity(RewardComponent):
+    """`similarity`: 1 - Levenshtein distance to the target / the longer length."""
+
+    name = "similarity"
+    needs_target = True
+
+    def judge(self, completion: str, target: Any, fields: Fields) -> Part:
+        value = similarity(completion, target)
+        return Part({"similarity": value}, value)
+
+
+class ExactMatch(RewardComponent):
+    """`exact`: 1 when the completion is the target, else 0."""
+
+    name = "exact"
+    needs_target = True
+
+    def judge(self, completion: str, target: Any, fields: Fields) -> Part:
+        value = 1.0 if completion == target else 0.0
+        return Part({"exact": value}, value)
+
+
+class FenScorer(Scorer):
+    """The fen task's scorer: validity, similarity and exact match, weighted, plus the user rewards."""
+
+    def __init__(self, config: RewardConfig | None = None, fen: FenRewardConfig | None = None):
+        """fen: the weights and the validity memo's size (the fen task's section holds them)."""
+        fen = fen if fen is not None else FenRewardConfig()
+        self.validity = FenValidity(fen.cache_size)
+        parts = [
+            (self.validity, fen.validity_weight),
+            (Similarity(), fen.similarity_weight),
+            (ExactMatch(), fen.exact_weight),
+        ]
+        super().__init__(parts, config, data_source="fen")
+
+    def cache_info(self) -> dict[str, int]:
+        """Hits, misses and current size of the validity memo (all 0 when it is disabled)."""
+        return self.validity.cache_info()
+
+
+def build_scorer(config: RewardConfig | Mapping[str, Any] | None = None) -> FenScorer:
+    """The fen scorer with default weights from a config, a plain mapping of config fields, or None."""
+    if config is not None and not isinstance(config, RewardConfig):
+        config = RewardConfig.model_validate(config)
+    return FenScorer(config)
+
+
+@functools.cache
+def default_scorer() -> FenScorer:
+    """The process-wide fen scorer with the default config (built on first use, not at import)."""
+    return FenScorer()
+
+
+def score(completion: Any, target: Any) -> ScoreResult:
+    """Score one completion against a target FEN with the default config."""
+    return default_scorer().score(completion, target)
+
+
+def score_batch(completions: Iterable[Any], targets: Iterable[Any]) -> list[ScoreResult]:
+    """Score a batch against target FENs with the default config (memoised fast path)."""
+    return default_scorer().score_batch(completions, targets)

@@ -22,9 +22,9 @@ import chess
 
 from rewards.config import EngineConfig, RewardConfig
 from rewards.engine import EngineJudge, Judgement
-from rewards.result import INVALID, OK, UNPARSABLE
-from rewards.scorer import Scorer, ValidityFn
-from rewards.user_reward import Fields, UserReward
+from rewards.result import INVALID, UNPARSABLE
+from rewards.scorer import Part, RewardComponent, Scorer
+from rewards.user_reward import Fields
 
 ILLEGAL_REWARD = 0.2
 LEGAL_FLOOR = 0.5  # a legal move's reward before its quality: every legal move beats every illegal one
@@ -32,70 +32,57 @@ FEN_FIELD = "fen"
 _BEST_CACHE = 4096  # positions whose engine move is kept (a step's K completions share one)
 
 
-class MoveScorer(Scorer):
-    """Scores SAN moves for the position in each item's `fen` field."""
+class MoveQuality(RewardComponent):
+    """`move`: a SAN move for the position in the item's `fen` field, judged by the engine; reports
+    `legal`, and for a legal move `quality` and `cp_loss`."""
 
-    def __init__(self, config: RewardConfig | None = None, engine: EngineConfig | None = None):
-        super().__init__(config)
-        self._setup_engine(engine or EngineConfig())
+    name = "move"
+    reports = ("legal", "quality", "cp_loss")
 
-    def _setup_engine(self, engine: EngineConfig) -> None:
+    def __init__(self, engine: EngineConfig | None = None):
+        self._start(engine or EngineConfig())
+
+    def _start(self, engine: EngineConfig) -> None:
         self.engine_config = engine
-        self.judge = EngineJudge(engine)
+        self.judge_process = EngineJudge(engine)
         self._best: OrderedDict[str, Judgement] = OrderedDict()
 
-    @classmethod
-    def _rebuilt(cls, config: RewardConfig, user: tuple[UserReward, ...], engine: EngineConfig) -> MoveScorer:
-        scorer = cls._with_resolved(config, user)
-        scorer._setup_engine(engine)
-        return scorer
+    def __getstate__(self) -> dict[str, Any]:
+        return {"engine": self.engine_config}  # the engine process belongs to the process that scores
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self)._rebuilt, (self.config, self._user, self.engine_config))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._start(state["engine"])
 
     def setup(self) -> None:
         """Start the engine now (else it starts at the first legal move); EngineUnavailable if it cannot."""
-        super().setup()
-        self.judge.engine()
+        self.judge_process.engine()
 
     def close(self) -> None:
-        self.judge.close()
-        super().close()
+        self.judge_process.close()
 
-    @property
-    def component_names(self) -> list[str]:
-        return ["legal", "quality", "cp_loss", *(u.name for u in self._user)]
-
-    def _target_ok(self, target: Any) -> bool:
-        return target is None or isinstance(target, str)
-
-    def _builtin(
-        self, c: str, target: Any, fields: Fields, validity_fn: ValidityFn
-    ) -> tuple[dict[str, float], float, str]:
+    def judge(self, completion: str, target: Any, fields: Fields) -> Part:
         fen = (fields or {}).get(FEN_FIELD)
         if not isinstance(fen, str):
             raise ValueError(f"a move item carries its position as the str field {FEN_FIELD!r}; got {fen!r}")
         board = chess.Board(fen)
         try:
-            move = board.parse_san(c)
+            move = board.parse_san(completion)
         except (chess.IllegalMoveError, chess.AmbiguousMoveError):
-            return {"legal": 0.0}, ILLEGAL_REWARD, INVALID
+            return Part({"legal": 0.0}, ILLEGAL_REWARD, INVALID)
         except ValueError:  # InvalidMoveError, or anything else the parser refuses
-            return {"legal": 0.0}, 0.0, UNPARSABLE
+            return Part({"legal": 0.0}, 0.0, UNPARSABLE)
         loss = self.cp_loss(board, move)
         quality = 1.0 / (1.0 + loss / self.engine_config.cp_scale)
-        return (
-            {"legal": 1.0, "quality": quality, "cp_loss": loss},
-            LEGAL_FLOOR + (1 - LEGAL_FLOOR) * quality,
-            OK,
+        return Part(
+            {"legal": 1.0, "quality": quality, "cp_loss": loss}, LEGAL_FLOOR + (1 - LEGAL_FLOOR) * quality
         )
 
     def best(self, board: chess.Board) -> Judgement:
-        """The engine's move in `board` (searched once per position and scorer)."""
+        """The engine's move in `board` (searched once per position and process)."""
         key = board.fen()
         found = self._best.get(key)
         if found is None:
-            found = self._best[key] = self.judge.best(board)
+            found = self._best[key] = self.judge_process.best(board)
             if len(self._best) > _BEST_CACHE:
                 self._best.popitem(last=False)
         else:
@@ -107,5 +94,25 @@ class MoveScorer(Scorer):
         best = self.best(board)
         if move == best.move:
             return 0.0
-        loss = best.cp - self.judge.score_of(board, move)
+        loss = best.cp - self.judge_process.score_of(board, move)
         return float(min(max(loss, 0), self.engine_config.max_cp_loss))
+
+
+class MoveScorer(Scorer):
+    """The move task's scorer: the engine's judgement of each move, plus the user rewards."""
+
+    def __init__(self, config: RewardConfig | None = None, engine: EngineConfig | None = None):
+        self.move = MoveQuality(engine)
+        super().__init__([(self.move, 1.0)], config, data_source="move")
+
+    @property
+    def engine_config(self) -> EngineConfig:
+        return self.move.engine_config
+
+    @property
+    def judge(self) -> EngineJudge:
+        """The engine process of this scorer in this process."""
+        return self.move.judge_process
+
+    def best(self, board: chess.Board) -> Judgement:
+        return self.move.best(board)

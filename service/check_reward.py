@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
 from actors.pool.failure_policy import BatchCounts, expected_dropped_share
 from rewards.env.check import env_problem
-from service.config import ConfigError, ServiceConfig, load_config
+from service.config import ServiceConfig, load_config
+from service.config_keys import ConfigError
 from service.preflight import reward_problem
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
 from service.preflight.token_ids import encoder_if_needed

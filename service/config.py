@@ -20,21 +20,40 @@ from actors.pool.config import PoolConfig
 from actors.pool.node_resources import check_custom_resources, check_label_selector
 from rewards import RewardConfig
 from service.config_keys import ConfigError, describe_error, field_at, quoted
+from service.config_moved import moved_keys, moved_override
 from service.config_sources import deep_merge, read_config_file, set_dotted, switch_variants
 from service.config_sources import parse_override as _parse_override
 from service.presets import DEFAULT_PRESET, PRESETS
-from service.task_config import MOVED_FROM_DATA, FenTaskConfig, TaskConfig, moved_from_data
+from service.tasks import TASKS, FenTaskConfig, TaskConfig
 from trainer.config import TrainerConfig
 from trainer.config_base import Frozen
+from trainer.strategy import FSDPConfig, StrategyName
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
 class ScalingConfig(Frozen):
-    """The Ray Train worker group: one DDP rank per worker."""
+    """The Ray Train worker group: one data-parallel rank per worker."""
 
-    num_workers: int = Field(1, ge=1, description="trainer workers (DDP ranks)")
+    num_workers: int = Field(1, ge=1, description="trainer workers (data-parallel ranks)")
+    strategy: StrategyName = Field(
+        "ddp",
+        description="how the trainer workers hold the policy: ddp, a whole copy with its gradients and AdamW's "
+        "moments on each (DDP above one worker); fsdp, each transformer block sharded over the workers (FSDP2), "
+        "about 1/num_workers of them on each, gathered block by block (and whole for decoding); fsdp needs 2 or "
+        "more workers; `python -m service.train --plan` estimates each worker's peak memory under either",
+    )
+    fsdp: FSDPConfig | None = Field(
+        None, description="FSDP's settings (read with scaling.strategy=fsdp only): param_dtype, resharding"
+    )
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0.0,
+        description="memory of each trainer worker's device (GiB), which the memory plan checks a run against "
+        "before it starts; unset: this machine's GPU with use_gpu (unchecked when it has none), else this "
+        "machine's memory shared among the trainer workers",
+    )
     use_gpu: bool = Field(False, description="one CUDA device per worker (NCCL); CPU workers use gloo")
     cpus_per_worker: float = Field(1.0, gt=0.0, description="logical CPUs Ray reserves per trainer worker")
     gpus_per_worker: float = Field(1.0, gt=0.0, description="GPUs per trainer worker (with use_gpu)")
@@ -162,8 +181,8 @@ class ServiceConfig(TrainerConfig):
 
     @model_validator(mode="before")
     @classmethod
-    def _chess_keys_moved(cls, data: Any) -> Any:
-        return moved_from_data(data) if isinstance(data, dict) else data
+    def _moved_keys(cls, data: Any) -> Any:
+        return moved_keys(data) if isinstance(data, dict) else data  # `service.config_moved`
 
     @model_validator(mode="after")
     def _check_prompt_format(self) -> ServiceConfig:
@@ -177,8 +196,6 @@ class ServiceConfig(TrainerConfig):
 
     @model_validator(mode="after")
     def _check_task(self) -> ServiceConfig:
-        from service.tasks import TASKS  # the registry imports the tasks, which import this module's peers
-
         problem = TASKS[self.task.name].check_config(self)
         if problem:
             raise ValueError(problem)
@@ -192,6 +209,14 @@ class ServiceConfig(TrainerConfig):
                 f"run.backend: 'local' runs one rank in the driver process; it needs scaling.num_workers=1 "
                 f"(got {workers}); use ray_train for more"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_strategy(self) -> ServiceConfig:
+        from service.scaling_strategy import strategy_problem
+
+        if problem := strategy_problem(self):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -263,11 +288,11 @@ def validate_config(data: Mapping[str, Any]) -> ServiceConfig:
 
 def parse_override(override: str) -> tuple[str, Any]:
     """('dotted.key', value) from 'dotted.key=value' for a ServiceConfig key (`config_sources.parse_override`).
-    A chess key under its old section (`data.min_plies=2`) sets it where it is now (`task.min_plies`)."""
+    A key under its old section (`data.min_plies=2`) sets it where it is now (`task.min_plies`,
+    `service.config_moved`)."""
     key, sep, raw = override.partition("=")
-    section, _, leaf = key.strip().partition(".")
-    if sep and section == "data" and leaf in MOVED_FROM_DATA:
-        override = f"task.{leaf}={raw}"
+    if sep:
+        override = f"{moved_override(key.strip())}={raw}"
     return _parse_override(override, ServiceConfig)
 
 

@@ -28,6 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from service.config import ServiceConfig
+from service.config_moved import MOVED, moved_override
 from service.presets import PRESETS
 
 REFERENCE_PATH = Path(__file__).resolve().parents[1] / "docs" / "reference" / "config.md"
@@ -277,7 +278,25 @@ def render_markdown(found: list[Entry] | None = None) -> str:
             row = (key, e.type, f"`{e.default}`", _presets_of(e, settings), e.description)
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _moved_lines())
+
+
+def _moved_lines() -> list[str]:
+    """The keys that moved to the tasks that read them (`service.config_moved`), still read where
+    configs of earlier versions wrote them."""
+    lines = [
+        "## Keys that moved",
+        "",
+        "Written in their old place (a `--config` file, `--set`, a run directory's config.yaml), these "
+        "keys are read where they are now; for a task that does not read one, a value other than its "
+        "old default is refused in one line.",
+        "",
+        "| old key | now | read by the tasks |",
+        "|---|---|---|",
+    ]
+    for key, moved in MOVED.items():
+        lines.append(f"| `{key}` | `{moved_override(key)}` | {', '.join(moved.readers)} |")
+    return [*lines, ""]
 
 
 def render_section(section: str) -> str:

@@ -21,12 +21,6 @@ from service.preflight import check_relations, check_run
 from service.run_dir import TINY_MODEL_DIR
 
 
-def _data_files(cfg: Any) -> list[str]:
-    t = cfg.task
-    files = (t.path,) if t.name == "fen" else (t.path, t.eval_path) if t.name == "text" else ()
-    return [p for p in files if p]
-
-
 def preflight_here(cfg: Any, working_dir: Path | None) -> None:
     """The driver's checks that do not need the cluster; data and rewards only when the job runs on
     what is here: the current directory uploaded, every data file in it (else the driver checks
@@ -39,7 +33,7 @@ def preflight_here(cfg: Any, working_dir: Path | None) -> None:
         working_dir is None
         or Path.cwd().resolve() != working_dir
         or not TASKS[cfg.task.name].checked_at_submit
-        or not all(Path(p).expanduser().is_file() for p in _data_files(cfg))
+        or not all(Path(p).expanduser().is_file() for p in cfg.task.data_files())
     ):
         _check_model_here(cfg, [])  # the rows' fit and tokens are left to the driver, which has the data
         return

@@ -20,7 +20,7 @@ from typing import Any
 from actors.pool.config import PoolConfig, chunks_for_cost, item_deadline_s
 from actors.pool.failure_policy import BatchCounts, error_rate_problem
 from rewards.result import ERROR, TIMEOUT
-from service.config import ConfigError
+from service.config_keys import ConfigError
 from service.preflight.relations import relation_problems
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
 from service.preflight.token_ids import Encoder, encoder_if_needed

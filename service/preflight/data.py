@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from service.config import ConfigError
+from service.config_keys import ConfigError
 
 # The longest SAN move is 7 characters ("exd8=Q+", "Qh4xe1#"); plies are joined by one space.
 MAX_SAN_CHARS = 7

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
-from service.config import ConfigError
+from service.config_keys import ConfigError
 
 ENCODE_BATCH = 1024  # texts encoded per tokenizer call
 EXCERPT_CHARS = 40

@@ -1,32 +1,96 @@
-"""The service's view of a task: the trainer's side (`trainer.task.TrainingTask`) plus what only
-the driver needs: the held-out pairs, the training file, and the scorer the reward pool runs."""
+"""What every task is made of: its section of the config (`TaskConfigBase`) and the task itself
+(`Task`: the trainer's side, `trainer.task.TrainingTask`, plus what only the driver needs: the
+held-out pairs, the training file, and the scorer the reward pool runs).
+
+A task is one module of `service.tasks` holding a subclass of each; the registry finds it there
+(`service.tasks`), and its name is its config's `name`.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import Field
 
 from rewards import Scorer
 from rewards.styles import TOKEN_IDS
+from trainer.config_base import Frozen
 from trainer.data.pairs import Pair
 
 if TYPE_CHECKING:
-    from service.config import ServiceConfig
+    from actors.pool.config import PoolConfig
+    from rewards import RewardConfig
+    from trainer.config import DataConfig, GRPOConfig, SamplingConfig, SFTConfig
+
+
+class RunSections(Protocol):
+    """The sections of a run's config that a task reads (the service's `ServiceConfig` has them):
+    its own `task` section, the trainer's, the reward's and the pool's."""
+
+    @property
+    def task(self) -> Any: ...
+    @property
+    def data(self) -> DataConfig: ...
+    @property
+    def model(self) -> Any: ...
+    @property
+    def sampling(self) -> SamplingConfig: ...
+    @property
+    def sft(self) -> SFTConfig: ...
+    @property
+    def grpo(self) -> GRPOConfig: ...
+    @property
+    def reward(self) -> RewardConfig: ...
+    @property
+    def pool(self) -> PoolConfig: ...
+
+
+class TaskConfigBase(Frozen):
+    """Keys every task reads (how prompts reach an hf policy); a task's config adds its own and
+    fixes `name` to its tag (`name: Literal["fen"] = "fen"`), which tells the variants apart."""
+
+    name: str = Field(description="the task: its data, its scorer and its held-out figures")
+    chat_template: bool = Field(
+        False,
+        description="model.source=hf: render each prompt as a user message through the tokenizer's chat "
+        "template (instruct models)",
+    )
+    system: str | None = Field(None, description="with chat_template: a system message before each prompt")
+
+    def data_files(self) -> tuple[str, ...]:
+        """The files the task reads its rows from (a submitting client checks they are here)."""
+        return ()
+
+
+def check_stops(value: list[str] | None) -> list[str] | None:
+    """A `stop` key's strings, refused when one is empty."""
+    if value is not None and any(not s for s in value):
+        raise ValueError(f"{value!r} holds an empty string; every stop string needs at least one character")
+    return value
 
 
 class Task(ABC):
-    """One task; subclasses register under `name` (see `service.tasks.TASKS`)."""
+    """One task; its module defines `config_class`, and the registry (`service.tasks.TASKS`) holds
+    it under that config's name."""
 
-    name: ClassVar[str]
+    config_class: ClassVar[type[TaskConfigBase]]
+    name: ClassVar[str]  # the config's tag, set from config_class
     # False when building the task needs what only the cluster may have (an engine binary): the
     # client's submit then leaves its data and reward checks to the driver.
     checked_at_submit: ClassVar[bool] = True
     # True when a sample is an episode with an environment (its result is its reward).
     episodic: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        config = cls.__dict__.get("config_class")
+        if config is not None:
+            cls.name = config.model_fields["name"].default
+
     @classmethod
-    def check_config(cls, cfg: ServiceConfig) -> str | None:
+    def check_config(cls, cfg: RunSections) -> str | None:
         """One line naming what in a run's config this task cannot use; None when all is well.
 
         Runs while the config is validated: no files are read here (that is `from_config`'s job).
@@ -35,7 +99,7 @@ class Task(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, cfg: ServiceConfig) -> Task:
+    def from_config(cls, cfg: RunSections) -> Task:
         """The task for a run's config (each task reads the sections it needs)."""
 
     @property

@@ -24,19 +24,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from rewards import OK
 from rewards.code import CodeScorer
 from service.preflight.data import FitLimits, check_records
-from service.tasks.base import check_reward_fields
+from service.tasks.base import RunSections, check_reward_fields
 from service.tasks.code_data import generated_rows, load_code_rows
-from service.tasks.text import TextData, TextTask, _check_sft_targets
+from service.tasks.text import TextData, TextTask, TextTaskConfig, _check_sft_targets
 from trainer.data.pairs import DataFileError, FieldPair
 from trainer.data.text_rows import TextRow, split_held_out, without_prompts
-
-if TYPE_CHECKING:
-    from service.config import ServiceConfig
 
 INSTALL_HINT = "apt-get install bubblewrap"
 
@@ -55,13 +54,45 @@ def sandbox_problem(process_limit: str = "auto") -> str | None:
     return f"task.name: code runs completions in the sandbox, which is unavailable here: {reason}; {INSTALL_HINT}"
 
 
+class CodeTaskConfig(TextTaskConfig):
+    """`name: code`: a prompt -> a program, run against the row's tests in the sandbox."""
+
+    name: Literal["code"] = Field("code", description="code: a program, run against tests in the sandbox")
+    path: str | None = Field(
+        None,
+        description="JSONL file of problems (prompt, optional target, and test_list, test with entry_point, "
+        "or tests); unset: the bundled integer-function problems",
+    )
+    target_key: str = Field(
+        "target",
+        min_length=1,
+        description="the row key holding the SFT answer, a program (optional in a row)",
+    )
+    all_or_nothing: bool = Field(
+        False, description="reward 1 only when every test passes (else 0); false: the share of tests passed"
+    )
+    train_problems: int = Field(
+        2000, ge=1, description="bundled problems (no path): distinct training problems generated (data.seed)"
+    )
+    time_limit_s: float = Field(
+        5.0, gt=0.0, description="wall-clock and CPU seconds of one sandboxed run (past it: status timeout)"
+    )
+    memory_mb: int = Field(512, ge=16, description="memory of one sandboxed run (past it: status memory)")
+    process_limit: Literal["auto", "cgroup_v1", "cgroup_v2", "uid"] = Field(
+        "auto",
+        description="how a sandboxed run's processes are capped: cgroup_v2 (a delegated v2 subtree), cgroup_v1 "
+        "(the v1 pids controller), uid (RLIMIT_NPROC on a uid of the sandbox's own: no writable cgroup needed); "
+        "auto: the first of these that works on the reward worker's host",
+    )
+
+
 @dataclass(frozen=True)
 class CodeTask(TextTask):
-    name = "code"
+    config_class = CodeTaskConfig
     checked_at_submit = False  # the sandbox is the cluster's: the submitting machine may lack it
 
     @classmethod
-    def check_config(cls, cfg: ServiceConfig) -> str | None:
+    def check_config(cls, cfg: RunSections) -> str | None:
         t = cfg.task
         if t.eval_path and not t.path:
             return "task.eval_path: held-out rows need training rows too (task.path); unset both to generate problems"
@@ -70,7 +101,7 @@ class CodeTask(TextTask):
         return None
 
     @classmethod
-    def from_config(cls, cfg: ServiceConfig) -> CodeTask:
+    def from_config(cls, cfg: RunSections) -> CodeTask:
         """The problems, checked; ValueError (one line) without a sandbox or with a bad row."""
         t = cfg.task
         problem = sandbox_problem(t.process_limit)
@@ -102,7 +133,7 @@ class CodeTask(TextTask):
         return code_figures(scored)
 
 
-def _rows(cfg: ServiceConfig) -> tuple[list[TextRow], list[TextRow], str]:
+def _rows(cfg: RunSections) -> tuple[list[TextRow], list[TextRow], str]:
     """(training rows, held-out rows, the line to log) from the files or the generator."""
     t, d = cfg.task, cfg.data
     if not t.path:

@@ -26,23 +26,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from rewards.env import EnvSpecError, Episode, LocalEpisodes, load_environment
+from pydantic import Field, field_validator
+
+from rewards.env import Episode, LocalEpisodes, load_environment
 from rewards.env.base import Environment
 from rewards.env.check import EnvTrial, env_problem, try_environment
 from rewards.env.remote import EpisodeServer
 from service.preflight.data import FitLimits, check_records
-from service.tasks.base import Task
+from service.tasks.base import RunSections, Task, TaskConfigBase, check_stops
 from service.tasks.text_files import table_records
 from trainer.data.pairs import DataFileError, EpisodePair, file_stream
-
-if TYPE_CHECKING:
-    from service.config import ServiceConfig
 
 ENV_TRIAL_ROWS = 4  # rows the environment is tried on before a run
 EVAL_ROWS_BASE = 1 << 40  # generated held-out rows take indices the training stream never reaches
@@ -51,9 +51,62 @@ EVAL_ROWS_BASE = 1 << 40  # generated held-out rows take indices the training st
 CALL_BUDGET_SHARE = 0.8
 
 
+class EnvTaskConfig(TaskConfigBase):
+    """`name: env`: multi-turn episodes with an environment that answers each turn."""
+
+    name: Literal["env"] = Field("env", description="env: episodes with an environment (rewards.env)")
+    env: str = Field(
+        "guess",
+        min_length=1,
+        description="the environment: a bundled name (guess) or 'module:Class' (a rewards.env.Environment)",
+    )
+    max_turns: int = Field(
+        8, ge=1, description="most actions in an episode; one still going after them ends as max_turns"
+    )
+    episode_reward: Literal["sum", "final"] = Field(
+        "sum", description="an episode's reward: the sum of its turns' rewards, or the last turn's"
+    )
+    step_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        description="seconds one reset or step may take; a later one ends the episode as timeout",
+    )
+    hosting: Literal["pool", "local"] = Field(
+        "pool",
+        description="where episodes run: pool (on the reward workers: calls past pool.chunk_timeout_s kill and "
+        "replace the worker, a lost episode is replayed) or local (in each trainer process)",
+    )
+    path: str | None = Field(
+        None,
+        description="JSONL file of rows (one object per line) handed to reset; unset: the environment's own",
+    )
+    eval_path: str | None = Field(
+        None, description="held-out rows (JSONL); unset: data.eval_size rows generated apart (data.eval_seed)"
+    )
+    stop: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="strings that end a turn: the text before one is the action handed to step "
+        "(unset: the environment's own, Environment.stop: a newline unless it says otherwise)",
+    )
+
+    _non_empty_stops = field_validator("stop")(lambda value: check_stops(value))
+
+    def data_files(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.path, self.eval_path) if p)
+
+
+@functools.cache
+def environment_class(spec: str) -> type[Environment]:
+    """The class `task.env` names, resolved once per process (EnvSpecError, a ValueError, when it
+    cannot be). The task travels to other processes by the name, as a wrapped SkyRL class cannot be
+    pickled; each resolves it at its first use."""
+    return load_environment(spec)
+
+
 @dataclass(frozen=True)
 class EnvTask(Task):
-    name = "env"
+    config_class = EnvTaskConfig
     episodic = True
 
     env: str
@@ -74,13 +127,10 @@ class EnvTask(Task):
     train_sample: list[EpisodePair] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: ServiceConfig) -> EnvTask:
+    def from_config(cls, cfg: RunSections) -> EnvTask:
         """Load the environment and its rows; ValueError (one line naming the key) when unusable."""
         t = cfg.task
-        try:
-            env_cls = load_environment(t.env)
-        except EnvSpecError as exc:
-            raise ValueError(str(exc)) from None
+        env_cls = environment_class(t.env)
         task = cls(
             env=t.env,
             max_turns=t.max_turns,
@@ -105,12 +155,12 @@ class EnvTask(Task):
                 _generated(env_cls, EVAL_ROWS_BASE + i, cfg.data.eval_seed) for i in range(cfg.data.eval_size)
             ]
         # held-out rows carry no demonstration: evaluation plays them
-        held = [task.prompt_pair(row, env_cls) for row in held_rows]
-        train = None if rows is None else [task.pair(row, i, env_cls) for i, row in enumerate(rows)]
+        held = [task.prompt_pair(row) for row in held_rows]
+        train = None if rows is None else [task.pair(row, i) for i, row in enumerate(rows)]
         sample = (
             train[:64]
             if train is not None
-            else [task.pair(_generated(env_cls, i, task.seed), i, env_cls) for i in range(64)]
+            else [task.pair(_generated(env_cls, i, task.seed), i) for i in range(64)]
         )
         if cfg.sft.steps > 0 and any(p.turns is None for p in sample):
             raise ValueError(
@@ -140,26 +190,28 @@ class EnvTask(Task):
         # the workers get file rows from the object store, and try nothing
         return {**self.__dict__, "train_rows": None, "train_sample": []}
 
-    def _started(self, row: Mapping[str, Any], env_cls: type[Environment]) -> tuple[Episode, str]:
-        episode = Episode(env_cls, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
+    @property
+    def environment(self) -> type[Environment]:
+        """The environment's class (`environment_class`: resolved once per process)."""
+        return environment_class(self.env)
+
+    def _started(self, row: Mapping[str, Any]) -> tuple[Episode, str]:
+        episode = Episode(self.environment, row, max_turns=self.max_turns, step_timeout_s=self.step_timeout_s)
         prompt = episode.start()
         if prompt is None:
             raise ValueError(f"task.env {self.env!r}: row {dict(row)!r:.80} cannot start: {episode.reason}")
         return episode, prompt
 
-    def prompt_pair(self, row: Mapping[str, Any], env_cls: type[Environment] | None = None) -> EpisodePair:
+    def prompt_pair(self, row: Mapping[str, Any]) -> EpisodePair:
         """The row's first observation, without a demonstration (what a GRPO step reads)."""
-        episode, prompt = self._started(row, env_cls or load_environment(self.env))
+        episode, prompt = self._started(row)
         episode.end("ok")
         return EpisodePair(prompt, None, dict(row))
 
-    def pair(
-        self, row: Mapping[str, Any], index: int, env_cls: type[Environment] | None = None
-    ) -> EpisodePair:
+    def pair(self, row: Mapping[str, Any], index: int) -> EpisodePair:
         """The row's first observation and its demonstration, played through the environment."""
-        env_cls = env_cls or load_environment(self.env)
-        episode, prompt = self._started(row, env_cls)
-        actions = env_cls.demonstration(row, random.Random(f"demo:{self.seed}:{index}"))
+        episode, prompt = self._started(row)
+        actions = self.environment.demonstration(row, random.Random(f"demo:{self.seed}:{index}"))
         if actions is None:
             episode.end("ok")
             return EpisodePair(prompt, None, dict(row))
@@ -182,7 +234,7 @@ class EnvTask(Task):
 
     @property
     def deterministic(self) -> bool:
-        return bool(load_environment(self.env).deterministic)
+        return bool(self.environment.deterministic)
 
     @property
     def alphabet(self) -> str:
@@ -203,11 +255,11 @@ class EnvTask(Task):
                 pool_of,
                 max_turns=self.max_turns,
                 reward_mode=self.reward_mode,
-                aggregate_metrics=load_environment(self.env).aggregate_metrics,
+                aggregate_metrics=self.environment.aggregate_metrics,
                 failure_share=self.failure_share,
             )
         return LocalEpisodes(
-            self.env,
+            self.environment,
             max_turns=self.max_turns,
             reward_mode=self.reward_mode,
             step_timeout_s=self.step_timeout_s,
@@ -223,7 +275,7 @@ class EnvTask(Task):
             stream = self.train_stream(None)
             pairs += [stream(i) for i in range(len(pairs), n)]
         plays = [(p.fields, _actions(p, self.stops)) for p in pairs]
-        return try_environment(load_environment(self.env), plays, self.max_turns, self.step_timeout_s)
+        return try_environment(self.environment, plays, self.max_turns, self.step_timeout_s)
 
     def environment_problem(self) -> str | None:
         """One line saying why a run should not start with this environment; None when it may."""
@@ -240,20 +292,21 @@ class EnvTask(Task):
     def train_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:
         if file_pairs is not None:
             return file_stream(file_pairs, self.seed)
-        env_cls = load_environment(self.env)
-        return lambda i: self.pair(_generated(env_cls, i, self.seed), i, env_cls)
+        env_cls = self.environment
+        return lambda i: self.pair(_generated(env_cls, i, self.seed), i)
 
     def grpo_stream(self, file_pairs: Sequence[Any] | None) -> Callable[[int], Any]:
         """The training stream's rows without their demonstrations (GRPO reads the prompt and the
         row; a demonstration can cost an engine's search per move)."""
         if file_pairs is not None:
             return file_stream(file_pairs, self.seed)
-        env_cls = load_environment(self.env)
-        return lambda i: self.prompt_pair(_generated(env_cls, i, self.seed), env_cls)
+        env_cls = self.environment
+        return lambda i: self.prompt_pair(_generated(env_cls, i, self.seed))
 
     def generated_head(self, n: int) -> list[EpisodePair]:
         """The sample's rows with their demonstrations (they stand for the rest, as in `from_config`),
-        then the GRPO stream's: the same rows without one (chess-play: 21 s -> 0.16 s for 512 rows)."""
+        then the GRPO stream's: the same rows without one (a demonstration can cost an engine's search
+        per move, and the checks read only the prompts and rows)."""
         head = list(self.train_sample[:n])
         stream = self.grpo_stream(None)
         return head + [stream(i) for i in range(len(head), n)]

@@ -14,26 +14,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from rewards import OK, RewardConfig, Scorer
 from rewards.config import EngineConfig
 from rewards.engine import EngineUnavailable, find_engine
 from rewards.move import MoveScorer
-from service.task_config import MoveTaskConfig
-from service.tasks.base import Task, check_reward_fields
+from service.tasks.base import RunSections, Task, check_reward_fields
+from service.tasks.games import GamesConfig
 from service.tasks.move_data import held_out_positions, move_pairs, training_positions
 from trainer.config import DataConfig
 from trainer.data.chess_games import CHESS_ALPHABET
 from trainer.data.pairs import FieldPair, file_stream
 
-if TYPE_CHECKING:
-    from service.config import ServiceConfig
+
+class MoveTaskConfig(GamesConfig):
+    """`name: move`: a FEN -> a good move in SAN, judged by a chess engine (Stockfish)."""
+
+    name: Literal["move"] = Field("move", description="move: a position (FEN) -> a move, judged by an engine")
+    engine: EngineConfig = Field(
+        EngineConfig(), description="the chess engine judging moves (path, nodes, hash_mb, cp_scale, ...)"
+    )
+    train_positions: int = Field(
+        2000, ge=1, description="distinct training positions (their engine moves are searched once)"
+    )
 
 
 @dataclass(frozen=True)
 class MoveTask(Task):
-    name = "move"
+    config_class = MoveTaskConfig
 
     data: DataConfig
     reward: RewardConfig
@@ -43,7 +54,7 @@ class MoveTask(Task):
     checked_at_submit = False  # the engine is on the cluster; the submitting machine may lack it
 
     @classmethod
-    def from_config(cls, cfg: ServiceConfig) -> MoveTask:
+    def from_config(cls, cfg: RunSections) -> MoveTask:
         """The task; ValueError (one line) without an engine, or with a user reward the items cannot serve."""
         try:
             find_engine(cfg.task.engine.path)

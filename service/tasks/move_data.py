@@ -21,7 +21,7 @@ import chess
 from rewards.config import EngineConfig
 from rewards.engine import EngineJudge, find_engine
 from rewards.move import FEN_FIELD
-from service.task_config import MoveTaskConfig
+from service.tasks.games import GamesConfig
 from trainer.config import DataConfig
 from trainer.data.chess_games import eval_pairs, pair_at
 from trainer.data.pairs import FieldPair
@@ -29,7 +29,7 @@ from trainer.data.pairs import FieldPair
 _MAX_DRAWS_PER_POSITION = 50  # stream indices tried per wanted position (duplicates, finished games)
 
 
-def training_positions(data: DataConfig, games: MoveTaskConfig, n: int) -> list[str]:
+def training_positions(data: DataConfig, games: GamesConfig, n: int) -> list[str]:
     """The first n distinct training FENs with a legal move (ValueError when the ply range holds fewer)."""
     fens: list[str] = []
     seen: set[str] = set()
@@ -46,7 +46,7 @@ def training_positions(data: DataConfig, games: MoveTaskConfig, n: int) -> list[
     )
 
 
-def held_out_positions(data: DataConfig, games: MoveTaskConfig) -> list[str]:
+def held_out_positions(data: DataConfig, games: GamesConfig) -> list[str]:
     """The held-out FENs (data.eval_size of them, less any finished game)."""
     pairs = eval_pairs(data.eval_size, data.eval_seed, games.min_plies, games.max_plies, games.natural)
     return [p.target for p in pairs if _has_move(p.target)]

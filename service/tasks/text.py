@@ -23,17 +23,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Literal, NamedTuple
+
+from pydantic import Field, field_validator
 
 from rewards import Scorer, UserRewardScorer
 from service.preflight.data import FitLimits, check_records
-from service.tasks.base import Task, check_reward_fields
+from service.tasks.base import RunSections, Task, TaskConfigBase, check_reward_fields, check_stops
 from service.tasks.text_files import load_rows
 from trainer.data.pairs import DataFileError, FieldPair, file_stream
 from trainer.data.text_rows import TextRow, split_held_out, without_prompts
 
-if TYPE_CHECKING:
-    from service.config import ServiceConfig
+
+class TextTaskConfig(TaskConfigBase):
+    """`name: text`: prompts (and optional targets) from JSONL rows, scored by the user rewards alone."""
+
+    name: Literal["text"] = Field("text", description="text: JSONL rows scored by reward.user")
+    path: str | None = Field(
+        None,
+        description="training rows (required): a JSONL file, a .parquet file (verl's) or a save_to_disk directory",
+    )
+    eval_path: str | None = Field(
+        None,
+        description="held-out rows, in any form path takes (default: data.eval_size prompts split off path)",
+    )
+    prompt_key: str = Field("prompt", min_length=1, description="the row key holding the prompt")
+    target_key: str = Field(
+        "target", min_length=1, description="the row key holding the target (optional in a row)"
+    )
+    stop: list[str] = Field(default_factory=list, description="strings that end a completion (besides EOS)")
+
+    _non_empty_stops = field_validator("stop")(lambda value: check_stops(value))
+
+    def data_files(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.path, self.eval_path) if p)
 
 
 class TextData(NamedTuple):
@@ -47,7 +70,7 @@ class TextData(NamedTuple):
 
 @dataclass(frozen=True)
 class TextTask(Task):
-    name = "text"
+    config_class = TextTaskConfig
 
     seed: int
     chars: str  # the built-in tokenizer's alphabet: every character of the data and stop strings
@@ -55,7 +78,7 @@ class TextTask(Task):
     data: TextData | None = field(default=None, compare=False, repr=False)  # driver only
 
     @classmethod
-    def check_config(cls, cfg: ServiceConfig) -> str | None:
+    def check_config(cls, cfg: RunSections) -> str | None:
         if not cfg.task.path:
             return "task.path: the text task needs a JSONL file of rows (one object per line with a prompt)"
         if cfg.task.target_key == cfg.task.prompt_key:
@@ -65,7 +88,7 @@ class TextTask(Task):
         return None
 
     @classmethod
-    def from_config(cls, cfg: ServiceConfig) -> TextTask:
+    def from_config(cls, cfg: RunSections) -> TextTask:
         """Load and check the rows; ValueError (one line naming the key or file:line) when unusable."""
         t = cfg.task
         scorer = UserRewardScorer(cfg.reward)
@@ -142,7 +165,7 @@ def _load(path: str | None, key: str, prompt_key: str, target_key: str) -> list[
         raise ValueError(f"{key}: {exc}") from None
 
 
-def _check_sft_targets(cfg: ServiceConfig, train: Sequence[TextRow]) -> None:
+def _check_sft_targets(cfg: RunSections, train: Sequence[TextRow]) -> None:
     if cfg.sft.steps == 0:
         return
     missing = [r for r in train if r.target is None]

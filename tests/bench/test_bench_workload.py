@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 
 from bench.workload import MIX, realistic_completions
-from rewards import TOO_LONG, Scorer
+from rewards import TOO_LONG, FenScorer
 
 TARGETS = [
     "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
@@ -22,7 +22,7 @@ def test_one_completion_per_target_with_the_expected_mix():
     exact = sum(c == t for c, t in zip(completions, TARGETS, strict=True)) / len(TARGETS)
     # exact hits come from the `exact` kind, plus repeats of exact hits and rare no-op edits
     assert MIX["exact"] - 0.03 < exact < MIX["exact"] + MIX["repeat"] + 0.03
-    statuses = Counter(r.status for r in Scorer().score_batch(completions, TARGETS))
+    statuses = Counter(r.status for r in FenScorer().score_batch(completions, TARGETS))
     assert {"ok", "invalid", "unparsable", TOO_LONG} <= set(statuses)
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards import ERROR, TIMEOUT, RewardConfig, Scorer, register_reward, unregister_reward
+from rewards import ERROR, TIMEOUT, FenScorer, RewardConfig, Scorer, register_reward, unregister_reward
 from rewards.concurrent import score_batch_concurrent
 from rewards.config import UserRewardSpec
 from tests.company import Company
@@ -58,7 +58,7 @@ def _registered():
 
 
 def _scorer(name: str, **kw) -> Scorer:
-    return Scorer(RewardConfig(user=[UserRewardSpec(fn=name, **kw)]))
+    return FenScorer(RewardConfig(user=[UserRewardSpec(fn=name, **kw)]))
 
 
 def _run(scorer, completions, **kw):

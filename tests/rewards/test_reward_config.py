@@ -1,13 +1,24 @@
 import pydantic
 import pytest
 
-from rewards import RewardConfig, UserRewardSpec
+from rewards import FenRewardConfig, RewardConfig, UserRewardSpec
 
 
 def test_defaults_match_the_formula():
+    fen = FenRewardConfig()
+    assert (fen.validity_weight, fen.similarity_weight, fen.exact_weight) == (0.25, 0.5, 0.25)
+    assert fen.cache_size == 65536
     cfg = RewardConfig()
-    assert (cfg.validity_weight, cfg.similarity_weight, cfg.exact_weight) == (0.25, 0.5, 0.25)
-    assert (cfg.max_chars, cfg.cache_size, cfg.user) == (512, 65536, [])
+    assert (cfg.max_chars, cfg.user) == (512, [])
+
+
+def test_the_fen_weights_are_the_fen_rewards_keys_not_every_tasks():
+    assert set(RewardConfig.model_fields) == {"max_chars", "user"}
+    with pytest.raises(
+        pydantic.ValidationError,
+        match=r"validity_weight is a key of the fen reward \(rewards.FenRewardConfig",
+    ):
+        RewardConfig(validity_weight=0.5)
 
 
 def test_frozen_and_unknown_keys_rejected():
@@ -19,12 +30,17 @@ def test_frozen_and_unknown_keys_rejected():
 
 
 @pytest.mark.parametrize(
-    "bad",
-    [{"max_chars": 0}, {"cache_size": -1}, {"validity_weight": float("nan")}, {"exact_weight": float("inf")}],
+    ("model", "bad"),
+    [
+        (RewardConfig, {"max_chars": 0}),
+        (FenRewardConfig, {"cache_size": -1}),
+        (FenRewardConfig, {"validity_weight": float("nan")}),
+        (FenRewardConfig, {"exact_weight": float("inf")}),
+    ],
 )
-def test_bad_values_rejected(bad):
+def test_bad_values_rejected(model, bad):
     with pytest.raises(pydantic.ValidationError, match=next(iter(bad))):
-        RewardConfig(**bad)
+        model(**bad)
 
 
 def test_duplicate_user_reward_rejected():

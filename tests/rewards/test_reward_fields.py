@@ -9,9 +9,9 @@ from rewards import (
     ERROR,
     OK,
     TOO_LONG,
+    FenScorer,
     RewardConfig,
     RewardSignatureError,
-    Scorer,
     UserRewardScorer,
     UserRewardSpec,
     register_reward,
@@ -133,7 +133,7 @@ def test_batches_carry_one_field_row_per_item_and_match_single_scores(registered
 
 def test_fen_scorer_passes_fields_to_user_rewards_and_pickles(registered):
     registered("prompt_len", prompt_len)
-    scorer = Scorer(RewardConfig(user=[UserRewardSpec(fn="prompt_len", weight=0.5)]))
+    scorer = FenScorer(RewardConfig(user=[UserRewardSpec(fn="prompt_len", weight=0.5)]))
     r = scorer.score(FEN, FEN, {"prompt": "e4"})
     assert r.components["prompt_len"] == 2.0 and r.total == pytest.approx(1.0 + 0.5 * 2.0)
     again = pickle.loads(pickle.dumps(user_only("prompt_len")))

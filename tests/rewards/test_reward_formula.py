@@ -11,8 +11,9 @@ from rewards import (
     OK,
     TOO_LONG,
     UNPARSABLE,
+    FenRewardConfig,
+    FenScorer,
     RewardConfig,
-    Scorer,
     score,
     score_batch,
 )
@@ -120,7 +121,7 @@ def test_length_is_checked_after_strip():
 
 
 def test_max_chars_boundary():
-    scorer = Scorer(RewardConfig(max_chars=58))
+    scorer = FenScorer(RewardConfig(max_chars=58))
     assert scorer.score(AFTER_E4, AFTER_E4).status == OK
     assert scorer.score(AFTER_E4 + "x", AFTER_E4).status == TOO_LONG
 
@@ -137,7 +138,7 @@ def test_non_string_input_is_bad_input_not_an_exception(completion, target, whic
 
 
 def test_weights_are_configurable():
-    scorer = Scorer(RewardConfig(validity_weight=1.0, similarity_weight=0.0, exact_weight=2.0))
+    scorer = FenScorer(fen=FenRewardConfig(validity_weight=1.0, similarity_weight=0.0, exact_weight=2.0))
     assert scorer.score(BOARD_PART, AFTER_E4).total == 0.5
     assert scorer.score(AFTER_E4, AFTER_E4).total == 3.0
 

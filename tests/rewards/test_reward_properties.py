@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewards import STATUSES, RewardConfig, Scorer
+from rewards import STATUSES, FenRewardConfig, FenScorer, RewardConfig
 
 REAL_FENS = [
     "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
@@ -56,7 +56,7 @@ targets = st.one_of(st.sampled_from(REAL_FENS), any_text)
 @SETTINGS
 @given(completion=completions, target=targets)
 def test_score_never_raises_and_total_is_in_unit_interval(completion, target):
-    r = Scorer().score(completion, target)
+    r = FenScorer().score(completion, target)
     assert r.status in STATUSES
     assert math.isfinite(r.total) and 0.0 <= r.total <= 1.0
     assert all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in r.components.values())
@@ -84,7 +84,7 @@ def batches(draw):
 
 @pytest.mark.parametrize("cache_size", [0, 2, 65536])
 def test_score_batch_equals_score_item_by_item(cache_size):
-    scorer = Scorer(RewardConfig(cache_size=cache_size, max_chars=300))
+    scorer = FenScorer(RewardConfig(max_chars=300), FenRewardConfig(cache_size=cache_size))
 
     @SETTINGS
     @given(batch=batches())
@@ -96,7 +96,7 @@ def test_score_batch_equals_score_item_by_item(cache_size):
 
 
 def test_score_batch_memoises_repeats():
-    scorer = Scorer()
+    scorer = FenScorer()
     fen = REAL_FENS[2]
     scorer.score_batch([fen, fen, "x", "x"], [fen, REAL_FENS[0], fen, fen])
     assert scorer.cache_info() == {"hits": 2, "misses": 2, "size": 2}
@@ -105,13 +105,13 @@ def test_score_batch_memoises_repeats():
 
 
 def test_cache_is_bounded():
-    scorer = Scorer(RewardConfig(cache_size=3))
+    scorer = FenScorer(fen=FenRewardConfig(cache_size=3))
     scorer.score_batch([f"junk{i}" for i in range(10)], [REAL_FENS[0]] * 10)
     assert scorer.cache_info()["size"] == 3
 
 
 def test_score_batch_checks_lengths_and_types():
-    scorer = Scorer()
+    scorer = FenScorer()
     with pytest.raises(ValueError, match="got 2 completions and 1 targets"):
         scorer.score_batch(["a", "b"], ["a"])
     with pytest.raises(TypeError, match="completions must be a sequence of str"):

@@ -10,9 +10,9 @@ import pytest
 from rewards import (
     ERROR,
     OK,
+    FenScorer,
     RewardConfig,
     RewardSpecError,
-    Scorer,
     UserRewardSpec,
     build_scorer,
     register_reward,
@@ -38,7 +38,7 @@ def registered():
 
 
 def scorer_with(*specs):
-    return Scorer(RewardConfig(user=[UserRewardSpec(fn=fn, weight=w) for fn, w in specs]))
+    return FenScorer(RewardConfig(user=[UserRewardSpec(fn=fn, weight=w) for fn, w in specs]))
 
 
 def test_importable_user_reward_is_added_with_its_weight():
@@ -71,7 +71,7 @@ def test_user_reward_sees_the_stripped_completion(registered):
 def test_user_reward_not_called_for_too_long(registered):
     calls = []
     registered("spy", lambda c, t: calls.append(c) or 0.0)
-    r = Scorer(RewardConfig(max_chars=10, user=[UserRewardSpec(fn="spy")])).score("x" * 11, FEN)
+    r = FenScorer(RewardConfig(max_chars=10, user=[UserRewardSpec(fn="spy")])).score("x" * 11, FEN)
     assert r.components == {"validity": 0.0, "similarity": 0.0, "exact": 0.0, "spy": 0.0} and not calls
 
 
@@ -117,7 +117,7 @@ def test_numpy_and_int_results_count_as_numbers(registered):
 def test_unresolvable_spec_fails_at_construction(spec, message):
     config = RewardConfig(user=[UserRewardSpec(fn=spec)])  # the format is fine
     with pytest.raises(RewardSpecError, match=message):
-        Scorer(config)
+        FenScorer(config)
 
 
 @pytest.mark.parametrize("spec", ["a.b", "pkg.mod:", ":fn", "pkg mod:fn", "a:b:c", "", "1abc:f"])
@@ -158,4 +158,4 @@ def test_build_scorer_accepts_a_mapping():
     with pytest.raises(pydantic.ValidationError, match="max_char"):
         build_scorer({"max_char": 64})
     with pytest.raises(TypeError, match="config must be a RewardConfig"):
-        Scorer({"max_chars": 64})
+        FenScorer({"max_chars": 64})

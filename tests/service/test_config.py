@@ -18,9 +18,9 @@ from service.config import (
     trainer_config,
     validate_config,
 )
+from service.config_moved import MOVED
 from service.presets import DEFAULT_PRESET
 from service.run_dir import fresh_config, new_run_id, prepare_run_dir, resolve_run, resumed_config
-from service.task_config import MOVED_FROM_DATA
 from tests.service.train_child import run_train
 from trainer.config import TrainerConfig
 from trainer.schedule import Schedule
@@ -235,7 +235,7 @@ def test_cli_resume_with_another_preset_is_refused_naming_the_key(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "override", ["grpo.beta=.inf", "optim.lr=.nan", "pool.chunk_timeout_s=.inf", "reward.exact_weight=-.inf"]
+    "override", ["grpo.beta=.inf", "optim.lr=.nan", "pool.chunk_timeout_s=.inf", "task.exact_weight=-.inf"]
 )
 def test_non_finite_numbers_are_refused_in_every_section(override):
     with pytest.raises(ConfigError, match=r"is not allowed; must be a finite number") as err:
@@ -254,7 +254,8 @@ def test_cli_non_finite_beta_exits_2_with_one_line(tmp_path):
 
 def test_unknown_task_is_refused_naming_the_tasks():
     with pytest.raises(
-        ConfigError, match=r"^task.name: 'chess' is not allowed; expected one of 'fen', 'move'"
+        ConfigError,
+        match=r"^task.name: 'chess' is not allowed; expected one of 'fen', 'code', 'env', 'move', 'text'$",
     ):
         load_config("smoke", overrides=["task.name=chess"])
 
@@ -286,7 +287,8 @@ def test_the_chess_keys_written_under_data_load_where_they_are_now(tmp_path):
     assert (cfg.task.name, cfg.task.min_plies, cfg.task.max_plies, cfg.task.natural) == ("fen", 2, 3, True)
     assert cfg.data.eval_size == 8 and "min_plies" not in cfg.data.model_dump()
     assert load_config("move-smoke", overrides=["data.max_plies=5"]).task.max_plies == 5
-    resolved = {**cfg.model_dump(mode="json"), "data": {**cfg.data.model_dump(), **MOVED_FROM_DATA}}
+    old_data = {key.partition(".")[2]: m.old_default for key, m in MOVED.items() if key.startswith("data.")}
+    resolved = {**cfg.model_dump(mode="json"), "data": {**cfg.data.model_dump(), **old_data}}
     resolved["task"] = {"name": "text", "path": "x.jsonl"}  # a text run's config.yaml of that time
     resolved["reward"] = {"user": [{"fn": "rewards.code:code_reward"}]}
     assert "min_plies" not in validate_config(resolved).task.model_dump()  # defaults dropped
@@ -294,6 +296,25 @@ def test_the_chess_keys_written_under_data_load_where_they_are_now(tmp_path):
         ConfigError, match=r"^data.min_plies is now task.min_plies, read by the fen and move tasks only"
     ):
         validate_config({**resolved, "data": {**resolved["data"], "min_plies": 3}})
+
+
+def test_the_fen_weights_written_under_reward_load_where_they_are_now(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("reward: {similarity_weight: 0.7, cache_size: 0, max_chars: 300}\n")
+    cfg = load_config("smoke", str(old))
+    assert (cfg.task.similarity_weight, cfg.task.cache_size, cfg.reward.max_chars) == (0.7, 0, 300)
+    assert load_config("smoke", overrides=["reward.exact_weight=0.5"]).task.exact_weight == 0.5
+    # a move run's config.yaml of that time held the fen weights at their defaults: they are dropped
+    resolved = load_config("move-smoke").model_dump(mode="json")
+    resolved["reward"] = {**resolved["reward"], "validity_weight": 0.25, "exact_weight": 0.25}
+    assert validate_config(resolved) == load_config("move-smoke")
+    with pytest.raises(ConfigError) as refused:
+        validate_config({**resolved, "reward": {**resolved["reward"], "validity_weight": 0.3}})
+    assert str(refused.value) == (
+        "reward.validity_weight is now task.validity_weight, read by the fen task only; task.name is 'move'"
+    )
+    with pytest.raises(ConfigError, match=r"^task.validity_weight: 0.3 is read only with task.name 'fen'"):
+        load_config("move-smoke", overrides=["reward.validity_weight=0.3"])
 
 
 def test_ray_trains_workers_get_the_wait_policys_environment_on_a_cluster_joined():

@@ -13,9 +13,8 @@ from service.config import (
     parse_override,
     validate_config,
 )
-from service.config_keys import field_at, leaf_keys
-from service.task_config import TASK_CONFIGS, MoveTaskConfig, TextTaskConfig
-from service.tasks import TASKS
+from service.config_keys import field_at, leaf_keys, variants
+from service.tasks import TASK_TYPES, TASKS, MoveTaskConfig, TextTaskConfig
 from tests.service.train_child import run_train
 from trainer.config import TrainerConfig
 from trainer.model_config import BuiltinModelConfig, HFModelConfig
@@ -28,7 +27,9 @@ def test_the_data_picks_the_variant_and_builtin_and_fen_are_the_defaults():
     assert type(load_config("hf-smoke").model) is HFModelConfig
     assert type(load_config("move-smoke").task) is MoveTaskConfig
     assert load_config("smoke").task.name == "fen"
-    assert set(TASK_CONFIGS) == set(TASKS)  # a variant of the task section for every registered task
+    # a variant of the task section for every registered task, each under its config's name
+    assert {t.config_class.model_fields["name"].default: t for t in TASK_TYPES} == TASKS
+    assert set(variants(ServiceConfig.model_fields["task"])) == set(TASKS)
 
 
 @pytest.mark.parametrize(
@@ -48,8 +49,16 @@ def test_the_data_picks_the_variant_and_builtin_and_fen_are_the_defaults():
             "model.source: 'gguf' is not allowed; expected one of 'builtin', 'hf'",
         ),
         ("smoke", ["task.train_positions=5"], "task.train_positions: 5 is read only with task.name 'move'"),
-        ("move-smoke", ["task.prompt_key=q"], "task.prompt_key: 'q' is read only with task.name 'text'"),
-        ("smoke", ["task.name=go"], "task.name: 'go' is not allowed; expected one of 'fen', 'move', 'text'"),
+        (
+            "move-smoke",
+            ["task.prompt_key=q"],
+            "task.prompt_key: 'q' is read only with task.name 'code', 'text'",
+        ),
+        (
+            "smoke",
+            ["task.name=go"],
+            "task.name: 'go' is not allowed; expected one of 'fen', 'code', 'env', 'move', 'text'",
+        ),
         ("smoke", ["model.nope=1"], "model.nope: unknown key 'nope'; allowed keys of model: source,"),
     ],
 )

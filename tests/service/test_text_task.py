@@ -199,7 +199,7 @@ def test_the_fen_task_refuses_a_reward_that_takes_row_fields():
             ["task.name=text", "task.path=x.jsonl", "reward.user=[{fn: f}]", "task.min_plies=2"],
             r"^task.min_plies: .*read only with task.name 'fen', 'move'",
         ),
-        (["task.stop=[';']"], r"^task.stop: \[';'\] is read only with task.name 'text'"),
+        (["task.stop=[';']"], r"^task.stop: \[';'\] is read only with task.name 'code', 'env', 'text'"),
         (
             ["task.name=text", "task.path=x.jsonl", "task.target_key=prompt", "reward.user=[{fn: f}]"],
             r"^task.target_key: 'prompt' is task.prompt_key too",

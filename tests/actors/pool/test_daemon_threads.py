@@ -85,12 +85,12 @@ WAITING_STUCK_THEN_EXIT = """
 import sys
 sys.path.insert(0, "tests/actors")
 from actors.pool.waiting import WaitingRunner
-from rewards import RewardConfig, Scorer
+from rewards import RewardConfig, FenScorer
 from rewards.config import UserRewardSpec
 spec = UserRewardSpec(fn="user_rewards:sleeps_forever_on_marker", threads=True)
 runner = WaitingRunner(concurrency=2, item_timeout_s=0.3)
 fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-results = runner.score(Scorer(RewardConfig(user=[spec])), ["HANG", fen], [fen, fen], None)
+results = runner.score(FenScorer(RewardConfig(user=[spec])), ["HANG", fen], [fen, fen], None)
 print(*(r.status for r in results), flush=True)
 runner.close()
 """

@@ -12,7 +12,7 @@ from actors.pool.config import PoolConfig
 from actors.pool.placement import PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from bench.pool_workload import realistic_batch
-from rewards import TIMEOUT, RewardConfig, Scorer, UserRewardScorer
+from rewards import TIMEOUT, FenScorer, RewardConfig, UserRewardScorer
 from rewards.config import UserRewardSpec
 from trainer.grpo.reward_source import component_means
 
@@ -41,7 +41,7 @@ def test_auto_keeps_the_side_measured_cheaper_for_the_fen_reward_and_a_user_rewa
     test_placement_rule.py); here: both sides probed, the measured cheaper one kept."""
     batches = [realistic_batch(64, seed=s) for s in range(6)]
     lines: list[str] = []
-    fen = Scorer()
+    fen = FenScorer()
     with RewardPool.create(fen, _cfg(), run_id="place-fen") as pool:
         placed = PlacedRewards(pool, fen, "auto", log=lines.append)
         steps = _steps(placed, batches)
@@ -59,7 +59,7 @@ def test_auto_keeps_the_side_measured_cheaper_for_the_fen_reward_and_a_user_rewa
         for name in ("validity", "similarity", "exact"):  # and the same component means
             mean = sum(r.components[name] for r in direct) / len(direct)
             assert component_means(step.components)[name] == pytest.approx(mean), (name, inline)
-    waiting = Scorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:waits_20ms")]))
+    waiting = FenScorer(RewardConfig(user=[UserRewardSpec(fn="user_rewards:waits_20ms")]))
     with RewardPool.create(waiting, _cfg(concurrency_per_worker=64), run_id="place-io") as pool:
         placed = PlacedRewards(pool, waiting, "auto", log=lines.append)
         steps = _steps(placed, batches[:5])
@@ -73,7 +73,7 @@ def test_auto_keeps_the_side_measured_cheaper_for_the_fen_reward_and_a_user_rewa
 @pytest.mark.slow
 def test_a_reward_that_overruns_in_process_hands_over_to_the_pool():
     reward = RewardConfig(user=[UserRewardSpec(fn="user_rewards:sleeps_forever_on_marker")])
-    scorer = Scorer(reward)
+    scorer = FenScorer(reward)
     fen = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
     cfg = _cfg(chunk_size=8, min_chunk_size=2, split_parts=4, chunk_timeout_s=1.0, max_retries=0)
     with RewardPool.create(scorer, cfg, run_id="place-hang") as pool:

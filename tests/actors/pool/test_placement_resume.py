@@ -10,7 +10,7 @@ from actors.pool.config import PoolConfig
 from actors.pool.placement import PROBE, PlacedRewards
 from actors.pool.reward_pool import RewardPool
 from bench.pool_workload import realistic_batch
-from rewards import Scorer
+from rewards import FenScorer
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -21,7 +21,7 @@ def _step(placed: PlacedRewards, seed: int) -> float:
 
 
 def test_a_restored_decision_is_continued_without_probing_again():
-    fen = Scorer()
+    fen = FenScorer()
     cfg = PoolConfig(name_prefix=f"keep-{uuid.uuid4().hex[:6]}", num_workers=1)
     with RewardPool.create(fen, cfg, run_id="place-keep") as pool:
         first = PlacedRewards(pool, fen, "auto", log=lambda line: None)

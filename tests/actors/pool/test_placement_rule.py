@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from actors.pool.placement import PROBE, PlacedRewards
-from rewards import Scorer
+from rewards import FenScorer
 
 
 @pytest.fixture
 def placed():
-    placed = PlacedRewards(pool=None, scorer=Scorer(), mode="auto", log=lambda line: None)
+    placed = PlacedRewards(pool=None, scorer=FenScorer(), mode="auto", log=lambda line: None)
     yield placed
     placed.shutdown()
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.pool.codec import component_sums, decode, encode, failed_block, reported_components
-from rewards import ERROR, STATUSES, TIMEOUT, RewardConfig, Scorer, ScoreResult
+from rewards import ERROR, STATUSES, TIMEOUT, FenScorer, RewardConfig, ScoreResult
 from rewards.config import UserRewardSpec
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -91,7 +91,7 @@ def test_a_component_a_result_carries_but_the_scorer_does_not_name_is_not_summed
 
 def test_reported_components_are_the_scorers_own():
     cfg = RewardConfig(user=[UserRewardSpec(fn="user_rewards:length_bonus")])
-    assert reported_components(Scorer(cfg)) == (
+    assert reported_components(FenScorer(cfg)) == (
         "validity",
         "similarity",
         "exact",

@@ -13,7 +13,7 @@ from actors.pool.config import PoolConfig, max_runs_per_item, poison_item_bound_
 from actors.pool.errors import RewardErrorRateExceeded, RewardPoolUnavailable
 from actors.pool.reward_pool import RewardPool
 from bench.pool_workload import realistic_batch
-from rewards import ERROR, TIMEOUT, RewardConfig, Scorer
+from rewards import ERROR, TIMEOUT, FenScorer, RewardConfig
 from rewards.config import UserRewardSpec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -43,7 +43,7 @@ def _wait(predicate, timeout_s: float) -> bool:
 @pytest.mark.slow
 def test_a_worker_killed_mid_batch_changes_no_reward():
     completions, targets = realistic_batch(20_000, seed=7, distinct_targets=300)
-    expected = Scorer().score_batch(completions, targets)  # the fault-free results
+    expected = FenScorer().score_batch(completions, targets)  # the fault-free results
     cfg = _cfg(chunk_size=256, min_chunk_size=64, chunk_timeout_s=60)
     with RewardPool.create(None, cfg, run_id="kill") as pool:
         victim = pool.worker_names()[0]
@@ -74,7 +74,7 @@ def test_a_hanging_item_times_out_alone_and_the_pool_keeps_serving():
         assert poison.status == TIMEOUT and "chunk_timeout_s=1s" in poison.reason
         assert rewards.usable[30] is False and rewards.usable.count(False) == 1
         others = completions[:30] + completions[31:]
-        assert results == Scorer(reward).score_batch(others, targets[1:])  # the rest scored normally
+        assert results == FenScorer(reward).score_batch(others, targets[1:])  # the rest scored normally
         # the poison item ran as often as the bound counts (16 items, then 4, then itself), no more
         assert rewards.stats["reward_timeouts"] == 1
         assert rewards.stats["reward_deadline_kills"] == max_runs_per_item(cfg, chunk_len=16) == 3

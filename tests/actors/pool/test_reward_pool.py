@@ -21,9 +21,9 @@ from rewards import (
     STATUSES,
     TOO_LONG,
     USABLE_STATUSES,
+    FenScorer,
     RewardConfig,
     RewardSpecError,
-    Scorer,
     UserRewardScorer,
     register_reward,
     unregister_reward,
@@ -66,7 +66,7 @@ def test_pool_results_equal_in_process_in_submission_order_and_shutdown_kills_ac
     batches = [realistic_batch(n, seed=n) for n in (1000, 7, 300, 0, 129)]
     tickets = [pool.submit(c, t, group_ids=[i // 8 for i in range(len(c))]) for c, t in batches]
     results = pool.collect_results(tickets)
-    expected = [r for c, t in batches for r in Scorer(USER).score_batch(c, t)]
+    expected = [r for c, t in batches for r in FenScorer(USER).score_batch(c, t)]
     assert results == expected  # same totals, components, statuses and reasons, in order
     rewards = source.collect(tickets)
     assert rewards.values == [r.total for r in expected]
@@ -91,7 +91,7 @@ def test_scoring_progresses_while_the_caller_does_not_call_the_pool():
             time.sleep(0.05)  # the caller is busy elsewhere (sampling the next micro-batch)
         assert ticket.done and pool.stats()["items_scored"] == 4000  # before any collect
         rewards = pool.collect([ticket])
-        assert rewards.statuses == [r.status for r in Scorer(USER).score_batch(completions, targets)]
+        assert rewards.statuses == [r.status for r in FenScorer(USER).score_batch(completions, targets)]
 
 
 def _known_cost(fn: str) -> RewardConfig:
@@ -209,7 +209,7 @@ def test_ten_thousand_adversarial_completions_get_explicit_statuses():
     targets = [FEN if i % 97 else None for i in range(10_000)]
     with _pool(chunk_size=512, min_chunk_size=64) as pool:
         results = pool.score(completions, targets)
-        assert results == Scorer(USER).score_batch(completions, targets)
+        assert results == FenScorer(USER).score_batch(completions, targets)
         assert {r.status for r in results} <= set(STATUSES)
         assert all(
             r.status == BAD_INPUT for c, r in zip(completions, results, strict=True) if not isinstance(c, str)
@@ -242,7 +242,7 @@ def test_a_client_attaching_while_a_worker_restarts_waits_for_it():
 
 def test_a_worker_added_takes_calls_and_one_removed_finishes_its_calls_then_leaves():
     completions, targets = realistic_batch(2000, seed=5)
-    expected = Scorer(USER).score_batch(completions, targets)
+    expected = FenScorer(USER).score_batch(completions, targets)
     with _pool(num_workers=1, chunk_size=250, min_chunk_size=250, spread_min_s=0.0) as pool:
         first = pool.worker_names()[0]
         added = pool.workers.add_worker()

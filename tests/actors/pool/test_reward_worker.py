@@ -11,7 +11,7 @@ from actors.pool.scoring import ChunkScorer
 from actors.pool.work import Failed
 from actors.pool.worker import RewardWorker
 from bench.pool_workload import realistic_batch
-from rewards import ERROR, RewardConfig, Scorer, UserRewardScorer
+from rewards import ERROR, FenScorer, RewardConfig, UserRewardScorer
 from rewards.config import UserRewardSpec
 
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
@@ -71,7 +71,7 @@ def test_scores_like_the_scorer_and_slices_the_payload():
     cfg = RewardConfig(user=[UserRewardSpec(fn="user_rewards:length_bonus")])
     completions, targets = realistic_batch(100, seed=3, distinct_targets=5)
     worker = RewardWorker(ChunkScorer(cfg.model_dump()))  # a plain mapping works as well as a config
-    expected = Scorer(cfg).score_batch(completions, targets)
+    expected = FenScorer(cfg).score_batch(completions, targets)
     assert decode(_scores(worker, completions, targets)) == expected
     assert decode(_scores(worker, completions, targets, lo=10, hi=30)) == expected[10:30]
     # each block names the scorer's own components, whose means a step reports
@@ -83,7 +83,7 @@ def test_scores_like_the_scorer_and_slices_the_payload():
 
 def test_a_call_is_timed_by_the_workers_clock():
     readings = iter([10.0, 10.25])  # the call's start and end
-    worker = RewardWorker(ChunkScorer(Scorer()), clock=lambda: next(readings))
+    worker = RewardWorker(ChunkScorer(FenScorer()), clock=lambda: next(readings))
     assert (
         worker.call(ChunkScorer.score, ([FEN] * 5, [FEN] * 5)).busy_s == 0.25
     )  # what the pool divides by 5 items
@@ -91,7 +91,7 @@ def test_a_call_is_timed_by_the_workers_clock():
 
 
 def test_a_failing_score_batch_turns_every_item_into_an_error():
-    worker = RewardWorker(ChunkScorer(Scorer()))
+    worker = RewardWorker(ChunkScorer(FenScorer()))
     # A str where the scorer wants a sequence of completions: score_batch raises TypeError.
     out = decode(_scores(worker, "abc", [FEN] * 3))
     assert [r.status for r in out] == [ERROR] * 3

@@ -15,7 +15,7 @@ from actors.pool.worker_watch import (
     output_notice,
     rss_mb,
 )
-from rewards import RewardConfig, Scorer
+from rewards import FenScorer, RewardConfig
 from rewards.config import UserRewardSpec
 
 FEN = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
@@ -57,7 +57,7 @@ def test_the_worker_returns_its_rss_and_a_capped_copy_of_what_the_reward_printed
     completions = [FEN, "junk", FEN]
     reply = worker.call(ChunkScorer.score, (completions, [FEN] * 3))
     assert [r.status for r in decode(reply.results)] == [
-        r.status for r in Scorer().score_batch(completions, [FEN] * 3)
+        r.status for r in FenScorer().score_batch(completions, [FEN] * 3)
     ]
     assert reply.worker_rss_mb and reply.worker_rss_mb > 1
     assert len(reply.output.encode()) <= OUTPUT_CAP_BYTES and reply.output.startswith("checking ")
@@ -102,7 +102,7 @@ def test_a_fresh_process_starts_a_new_series():
 def test_the_reward_trial_captures_what_the_rewards_print(capsys):
     from service.preflight.reward_trial import TrialItem, run_trial
 
-    scorer = Scorer(RewardConfig(user=[UserRewardSpec(fn=f"{EX}:prints_a_lot")]))
+    scorer = FenScorer(RewardConfig(user=[UserRewardSpec(fn=f"{EX}:prints_a_lot")]))
     trial = run_trial(scorer, [TrialItem(FEN, FEN, None)] * 3, deadline_s=10.0)
     assert trial.scored == 3 and trial.output_bytes >= 4 * 1024 * 1024  # the warm-up item, then three
     assert trial.output.startswith("checking ") and len(trial.output) <= OUTPUT_CAP_BYTES
