@@ -41,6 +41,7 @@ from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.run_backend import local_checkpoints_problem, local_run
 from service.run_files import CHECKPOINT_DIR
+from service.scaling_strategy import strategy_config
 from service.tasks import Task
 from trainer.checkpoint import CheckpointWriteError, write_failure_message
 from trainer.data.pairs import Pair
@@ -312,6 +313,7 @@ class RunDriver:
             omp_wait_policy_from=self._wait_policy_from,
             rollouts_every=self.cfg.logging.rollouts_every,
             rollout_groups=self.cfg.logging.rollout_groups,
+            strategy=strategy_config(self.cfg),
         )
         trainer = build_run(self.cfg, spec, control, self.console, self._worker_env)
         thread = threading.Thread(target=self._fit, args=(trainer,), name="ray-train-fit", daemon=True)

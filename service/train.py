@@ -6,6 +6,7 @@
     python -m service.train --run-dir runs/<run id> --resume  # continue from its latest checkpoint
     python -m service.train --preset smoke --run-dir /tmp/smoke --resume   # the same, as it was started
     python -m service.train --quiet | --verbose               # less or more on the console
+    python -m service.train --plan --preset gpt2-4090        # each worker's memory, estimated; no run
 
 On a terminal the console is a live progress bar with the evaluations above it; in a job log
 (stdout not a terminal) it is a plain line every `run.log_interval_s` seconds, each with the
@@ -34,6 +35,7 @@ from actors.run.omp_env import apply_wait_policy
 from service.config import ConfigError, ServiceConfig, config_to_yaml
 from service.console import Verbosity, make_console
 from service.loggers import missing_extras
+from service.memory_plan import check_memory, print_plan, run_inputs
 from service.model_checks import check_hf_model, prepare_model, run_rows
 from service.preflight import check_run
 from service.presets import DEFAULT_PRESET, PRESETS
@@ -66,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the run in --run-dir (or run.name) from its latest checkpoint (with --preset and "
         "--set: those that started it)",
     )
+    parser.add_argument(
+        "--plan", action="store_true",
+        help="print the memory plan (each trainer worker's estimated peak under ddp and fsdp) and exit",
+    )  # fmt: skip
     parser.add_argument(
         "--help-config", metavar="SECTION|KEY|NAME",
         help="print every key of one config section (type, default, presets, description), one key "
@@ -121,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = resolve(args, argv)
     except ConfigError as exc:
         return _bad_config(exc)
+    if args.plan:
+        return show_plan(cfg)
     console = make_console(
         verbosity_of(args), every_steps=cfg.run.log_every, interval_s=cfg.run.log_interval_s
     )
@@ -168,6 +176,7 @@ def preflight(
         raise ConfigError(problems[0])
     task = build_task(cfg)
     eval_set = held_out_eval_pairs(task, cfg)
+    check_memory(cfg, *run_inputs(cfg, task, eval_set))  # `service.memory_plan`: the run fits its devices
     train_pairs = task.training_pairs(log)
     pool = check_run(cfg, task, eval_set, train_pairs, driver=True, log=log)
     return task, eval_set, train_pairs, pool
@@ -185,6 +194,15 @@ def prepare_policy(
     if cfg.model.source == "hf":
         prepare_model(cfg, log)
         check_hf_model(cfg, run_rows(task, eval_set, train_pairs))
+
+
+def show_plan(cfg: ServiceConfig) -> int:
+    """`--plan`: the memory plan of the run the command describes (`service.memory_plan`)."""
+    try:
+        task = build_task(cfg)
+        return print_plan(cfg, task, held_out_eval_pairs(task, cfg))
+    except (ConfigError, ValueError) as exc:
+        return _bad_config(exc)
 
 
 def held_out_eval_pairs(task: Task, cfg: ServiceConfig) -> list[Pair]:

@@ -2,11 +2,13 @@
 
 The loop talks to its run context (`actors.run.context`) for its rank, world and device, its
 reports (a barrier across the ranks) and its checkpoints: under Ray Train one loop runs per
-worker (one DDP rank; `actors.run.ray_context`), with `run.backend: local` the one loop runs in
-the driver process (`LocalRun`). `trainer.engine.Trainer` wraps DDP itself and takes this rank's
-share of each step's pairs. Every rank samples K completions for its share, sends them to the
-shared reward pool as each micro-batch finishes and takes the rewards back through the object
-store; then the ranks make one DDP update.
+worker (one data-parallel rank; `actors.run.ray_context`), with `run.backend: local` the one loop
+runs in the driver process (`LocalRun`). `trainer.engine.Trainer` holds the policy through the
+run's training strategy (`scaling.strategy`: DDP, or FSDP sharding it over the ranks) and takes
+this rank's share of each step's pairs. Every rank samples K completions for its share, sends them
+to the shared reward pool as each micro-batch finishes and takes the rewards back through the
+object store; then the ranks make one update. Under fsdp a checkpoint's state and a held-out
+evaluation's gathered weights are collective: every rank takes part, rank 0 writes and evaluates.
 
 Per global step s (one counter over SFT and GRPO; `trainer.schedule` says what is due when):
     train -> rank 0 publishes the step record -> held-out eval when due (rank 0)
@@ -51,6 +53,7 @@ from trainer.grpo.reward_source import component_means
 from trainer.policy import CharTokenizer, PromptFormat, build_policy
 from trainer.rng import derived_seed
 from trainer.schedule import Schedule
+from trainer.strategy import StrategyConfig
 from trainer.task import TrainingTask
 
 CONTROL_TIMEOUT_S = 60.0
@@ -76,6 +79,7 @@ class LoopSpec:
     reward_token_ids: bool = False  # the rewards take each completion's token ids (TRL's completion_ids)
     rollouts_every: int = 0  # GRPO steps between recorded training completions (0: none)
     rollout_groups: int = 4  # prompt groups of rank 0 recorded on such a step
+    strategy: StrategyConfig = StrategyConfig()  # how the ranks hold the policy (scaling.strategy)
 
 
 def kept_spec(spec: LoopSpec, kept: KeptRuntime | None) -> LoopSpec:
@@ -101,6 +105,7 @@ def runtime_settings(trainer: Trainer) -> dict[str, Any]:
         "sampling_precision_reason": trainer.sampling_precision.reason,
         **trainer.attention,  # the policy's attention kernel and why
         **trainer.linear_kernel,  # the built-in GPT's fp32 linear kernel and why
+        **trainer.strategy.record(),  # ddp or fsdp, and the dtype fsdp gathers weights in
         "model_compile": cfg.model.compile and compilable,
         "sampling_compile": cfg.sampling.compile and compilable,
         TRAIN_POLL_ENV: os.environ.get(TRAIN_POLL_ENV),  # how long a checkpoint may wait for Ray Train
@@ -169,6 +174,7 @@ class WorkerLoop:
             policy=policy,
             episodes=episodes,
             reward_token_ids=spec.reward_token_ids,
+            strategy=spec.strategy,
         )
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
@@ -341,9 +347,13 @@ class WorkerLoop:
         return figures
 
     def evaluate(self, step: int, kind: str) -> None:
-        """Greedy completions of the held-out pairs, scored by the reward pool (rank 0 only)."""
-        if self.rank != 0:
-            return
+        """Greedy completions of the held-out pairs, scored by the reward pool (rank 0 only, inside
+        weights every rank gathers with it under fsdp)."""
+        with self.trainer.decoding():
+            if self.rank == 0:
+                self._evaluate(step, kind)
+
+    def _evaluate(self, step: int, kind: str) -> None:
         began = time.perf_counter()
         pool = self.pool() if self.trainer.episodes is None else None  # episodes score themselves
         result = self.trainer.evaluator.evaluate(
@@ -373,13 +383,15 @@ class WorkerLoop:
         return bool(reduce_on(torch.tensor([flag]), self.device)[0] > 0)
 
     def checkpoint(self, step: int) -> None:
-        """Rank 0 writes the trainer state; the context keeps it as `<checkpoint root>/step_<step>`."""
+        """Rank 0 writes the trainer state (every rank takes part in gathering it); the context
+        keeps it as `<checkpoint root>/step_<step>`."""
         # After a fall-back past a bad checkpoint the context still lists it: saving that name again
         # would give Ray Train two entries for one directory, and pruning one deletes the other's files.
         if step == self._last_checkpoint or step <= self._registered_through:
             return
         self._last_checkpoint = step
         metrics = {"step": step}
+        state = self.trainer.state_dict()  # every rank: a sharded policy is gathered to rank 0
         if self.rank != 0:
             self.context.report(metrics)  # every rank reports: it is a barrier
             return
@@ -387,7 +399,7 @@ class WorkerLoop:
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world, "runtime": self.runtime}
         if self._placed is not None:
             extra["placement"] = self._placed.state_dict()
-        self._writer.write(step, self.trainer.state_dict(), extra, metrics)
+        self._writer.write(step, state, extra, metrics)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
 
     def _wait_recorded(self, step: int) -> None:
