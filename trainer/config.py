@@ -32,6 +32,10 @@ POLICY_LOSS_PARAMS: dict[str, tuple[str, ...]] = {
     name: tuple(_PARAM_PART[part] for part in name.split("+") if part in _PARAM_PART)
     for name in get_args(PolicyLoss)
 }
+DEFAULT_TIS_CAP = 2.0  # a tis loss's cap when grpo.tis_cap is not given
+# The losses that correct for the policy that sampled (its log-probs the behaviour policy, the
+# trainer's recomputed ones the proximal policy): the only ones a stale batch may be trained with.
+CORRECTED_LOSSES = tuple(name for name, params in POLICY_LOSS_PARAMS.items() if "tis_cap" in params)
 
 
 class DataConfig(Frozen):
@@ -46,6 +50,26 @@ class DataConfig(Frozen):
         if self.eval_seed == self.seed:
             raise ValueError("eval_seed must differ from seed (the held-out set must be disjoint)")
         return self
+
+
+class SamplerActorsConfig(Frozen):
+    """The Ray actors that sample beside the trainers (`sampling.placement: actors`)."""
+
+    num: int = Field(
+        1,
+        ge=1,
+        description="sampler actors of each trainer rank (a rank's share of a step is split among its own)",
+    )
+    cpus_per_actor: float = Field(1.0, gt=0.0, description="logical CPUs Ray reserves per sampler actor")
+    gpus_per_actor: float = Field(
+        0.0,
+        ge=0.0,
+        description="GPUs per sampler actor (0: it decodes on CPU); a fraction shares a card with a trainer "
+        "worker that asks for the rest of it",
+    )
+    torch_threads: int | None = Field(
+        None, ge=1, description="torch threads of a sampler actor; unset: its cpus_per_actor, at least 1"
+    )
 
 
 class SamplingConfig(Frozen):
@@ -75,6 +99,16 @@ class SamplingConfig(Frozen):
         description="what decoding (sampling and evaluation) computes in; auto: the run's precision.dtype, but "
         "fp32 on a CPU for a model under 256 wide, where a decode step's small matmuls gain less from bf16 than "
         "its casts cost; the choice is recorded in runtime.json",
+    )
+    placement: Literal["trainer", "actors"] = Field(
+        "trainer",
+        description="where a GRPO step's completions are sampled: trainer, by each trainer rank with its live "
+        "weights; actors, by Ray sampler actors (sampling.actors) holding weights the trainer sends through "
+        "the object store once a step, checked by hash, so sampling can run beside the update "
+        "(grpo.max_staleness)",
+    )
+    actors: SamplerActorsConfig = Field(
+        SamplerActorsConfig(), description="the sampler actors of placement: actors"
     )
 
 
@@ -137,7 +171,11 @@ class GRPOConfig(Frozen):
     )
     dual_clip: float | None = Field(None, gt=1.0, description="dual_clip losses: A < 0 loses at most -c * A")
     tis_cap: float | None = Field(
-        None, gt=0.0, description="tis losses: each token's weight min(p_trainer / p_sampler, cap)"
+        None,
+        gt=0.0,
+        description=f"tis losses: each token's weight min(p_trainer / p_sampler, cap) (AReaL's decoupled "
+        f"loss: the sampler's log-probs are the behaviour policy, the trainer's recomputed ones the proximal "
+        f"policy); unset: {DEFAULT_TIS_CAP:g} for a tis loss",
     )
     overlong: Overlong = Field(
         "none",
@@ -158,6 +196,15 @@ class GRPOConfig(Frozen):
         le=16,
         description="when dropped groups leave fewer than prompts_per_step groups with a signal, sample up "
         "to this many more batches of prompts_per_step prompts (DAPO dynamic sampling); 0: off",
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="policy versions a batch may lag the weights it trains: 0, each step samples with the "
+        "weights it updates (synchronous); n > 0 (sampling.placement: actors), the samplers generate batch "
+        "s+n with the weights of step s while the trainers update on batch s, and a batch older than n is "
+        "never trained on; above 0 only an importance-corrected policy_loss (the tis family) is allowed",
     )
     eval_every: int = Field(20, ge=1, description="GRPO steps between held-out evaluations")
     eval_k: int = Field(
@@ -182,7 +229,7 @@ class GRPOConfig(Frozen):
         # A config (or run directory) without policy_loss spells the variant by these keys: it names
         # the loss its keys give, so it keeps its meaning.
         if not isinstance(data, dict) or ("ratio_level" not in data and "policy_loss" in data):
-            return data
+            return _default_tis_cap(data)
         data = dict(data)
         level = data.pop("ratio_level", None)
         if "policy_loss" in data:
@@ -191,7 +238,7 @@ class GRPOConfig(Frozen):
             raise ValueError(f"ratio_level {level!r} is not allowed; expected 'token' or 'sequence'")
         given = {"gspo": level == "sequence"} | {p: data.get(k) is not None for p, k in _PARAM_PART.items()}
         data["policy_loss"] = "+".join(part for part, on in given.items() if on) or "vanilla"
-        return data
+        return _default_tis_cap(data)
 
     @property
     def passes(self) -> int:
@@ -210,6 +257,11 @@ class GRPOConfig(Frozen):
             raise ValueError(
                 "ref_on_cpu=true does nothing with beta=0 (no reference model is built); set beta > 0 or ref_on_cpu=false"
             )
+        if self.max_staleness and self.policy_loss not in CORRECTED_LOSSES:
+            raise ValueError(
+                f"max_staleness={self.max_staleness} trains on batches sampled by older weights: it needs an "
+                f"importance-corrected policy_loss ({', '.join(CORRECTED_LOSSES)}), got {self.policy_loss!r}"
+            )
         used = POLICY_LOSS_PARAMS[self.policy_loss]
         for key in VARIANT_PARAMS:
             if key in used and getattr(self, key) is None:
@@ -220,6 +272,15 @@ class GRPOConfig(Frozen):
                     f"{key} is read only by policy_loss {users}; policy_loss is {self.policy_loss!r}"
                 )
         return self
+
+
+def _default_tis_cap(data: Any) -> Any:
+    """`data` with tis_cap = DEFAULT_TIS_CAP where it names a tis loss and no cap."""
+    if not isinstance(data, dict) or data.get("tis_cap") is not None:
+        return data
+    if "tis_cap" not in POLICY_LOSS_PARAMS.get(str(data.get("policy_loss")), ()):
+        return data
+    return {**data, "tis_cap": DEFAULT_TIS_CAP}
 
 
 class SFTConfig(Frozen):
@@ -304,4 +365,19 @@ class TrainerConfig(Frozen):
             )
         if self.sampling.cuda_graphs and not self.sampling.compile:
             raise ValueError("sampling.cuda_graphs needs sampling.compile=true")
+        return self._check_placement()
+
+    def _check_placement(self) -> TrainerConfig:
+        """What sampling beside the trainers allows."""
+        actors, g = self.sampling.placement == "actors", self.grpo
+        if g.max_staleness and not actors:
+            raise ValueError(
+                f"grpo.max_staleness={g.max_staleness} needs sampling.placement=actors (a trainer rank "
+                "samples with the weights it is updating)"
+            )
+        if actors and g.dynamic_sampling_tries:
+            raise ValueError(
+                "grpo.dynamic_sampling_tries needs sampling.placement=trainer (sampler actors sample each "
+                "step's batch ahead, without the refills); set it to 0 or use placement trainer"
+            )
         return self

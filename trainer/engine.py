@@ -8,7 +8,8 @@ rank x B pairs, under either strategy. Decoding reads whole weights: a step's sa
 evaluation, `decoding`) runs inside the strategy's `decoding()`, which gathers a sharded policy
 once and frees it after. It owns its collaborators, each built from what it reads: `sampler` (the in-process
 `Sampler`: decoding with the unwrapped module), `rollouts` (a GRPO step's samples handed to the
-rewards: `trainer.rollouts`) and `evaluator` (held-out decoding and scoring: `trainer.evaluator`);
+rewards: `trainer.rollouts`; or, after `sample_apart`, the samples of samplers apart from this rank,
+`trainer.rollouts_apart`) and `evaluator` (held-out decoding and scoring: `trainer.evaluator`);
 they read the step counts from the trainer's `progress`, and none of them imports the engine.
 
 Host syncs: each step moves its metrics to the host once (`DeviceMetrics.to_host`). Timings need
@@ -48,11 +49,14 @@ from trainer.policy.char_tokenizer import CharTokenizer
 from trainer.precision import Precision, agreed_precision, configure_tf32, decoding_precision
 from trainer.progress import Progress
 from trainer.rng import capture_rng_state, derived_seed, restore_rng_state
-from trainer.rollouts import Rollouts
+from trainer.rollouts import Rollouts, RolloutSource
+from trainer.rollouts_apart import RolloutsApart
 from trainer.sampling.episodes import EpisodeHost
 from trainer.sampling.in_process import InProcessSampler
 from trainer.sampling.logprobs import completion_logprobs
 from trainer.sampling.rollout import Rollout
+from trainer.sampling.sampler_seam import SamplerApart
+from trainer.sampling.weights_digest import trainable_weights
 from trainer.sft import build_sft_batch, sft_loss_sum
 from trainer.strategy import StrategyConfig, build_strategy
 
@@ -117,7 +121,7 @@ class Trainer:
             self.policy, cfg.sampling, self.sampling_precision, cfg.seed, self.device,
             stop=stop, episodes=episodes, reward_token_ids=reward_token_ids, weights=self.strategy.decoding,
         )  # fmt: skip
-        self.rollouts = Rollouts(self.sampler, cfg.sampling, self.progress)
+        self.rollouts: RolloutSource = Rollouts(self.sampler, cfg.sampling, self.progress)
         self.evaluator = Evaluator(self.sampler, cfg, self.progress)
 
     @property
@@ -172,6 +176,27 @@ class Trainer:
     def local_share(self, items: Sequence[Any]) -> list[Any]:
         """This rank's contiguous share of a step's items (all of them at world size 1)."""
         return shard(items, self.rank, self.world)
+
+    def sample_apart(self, sampler: SamplerApart) -> RolloutsApart:
+        """GRPO steps take their samples from `sampler` (samplers apart from this rank, fed the
+        policy's weights once a step, up to grpo.max_staleness steps ahead); evaluation still decodes
+        here, with the live weights."""
+        self.rollouts = RolloutsApart(
+            sampler, self.cfg.grpo.max_staleness, self.progress, self.published_weights,
+            rank=self.rank, world=self.world, device=self.device, local_share=self.local_share,
+        )  # fmt: skip
+        return self.rollouts
+
+    def published_weights(self) -> dict[str, Tensor]:
+        """The policy's trainable weights (all of them, or the adapter under LoRA), whole, as CPU
+        copies: what samplers apart from this rank are sent. Every rank calls it at the same point."""
+        state = self.strategy.model_state(self.model)
+        if not state:
+            raise ValueError(
+                "sampling.placement=actors sends each rank's whole weights to its samplers, and this rank "
+                "holds a shard of them (scaling.strategy fsdp); use ddp"
+            )
+        return trainable_weights(self.model, state)
 
     def decoding(self):
         """A context in which the policy's weights are whole on this rank (`TrainingStrategy.decoding`):
@@ -256,6 +281,7 @@ class Trainer:
                 self._groups_with_signal,
             )
         host = self.grpo_update(batch.rollouts, batch.scored, batch.ref, timer, batch.prompts)
+        host.update(self.rollouts.record())  # policy_version, staleness
         host.update(timer.seconds)
         host["refill_rounds"] = float(rounds)
         host["refill_prompts"] = float(rounds * len(pairs))
@@ -365,7 +391,7 @@ class Trainer:
         (save_checkpoint) before training on.
         """
         ref = self.ref_model
-        return {
+        state = {
             "model": self.strategy.model_state(self.model),
             "ref_model": None if ref is None else self.strategy.model_state(ref),
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
@@ -374,6 +400,9 @@ class Trainer:
             "rng": capture_rng_state(self.device),
             "config": self.cfg.model_dump(mode="json"),
         }
+        if sampling := self.rollouts.state_dict():  # batches sampled ahead, on their way
+            state["sampling"] = sampling
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Every rank loads the same whole state (written by any world size, under either strategy)."""
@@ -390,3 +419,4 @@ class Trainer:
         self.progress.sft_steps = int(state["counters"]["sft_steps"])
         self.progress.grpo_steps = int(state["counters"]["grpo_steps"])
         restore_rng_state(state["rng"], self.device)
+        self.rollouts.load_state_dict(state.get("sampling") or {})

@@ -75,6 +75,8 @@ class PolicyLossTerms(NamedTuple):
     pg: Tensor  # the clipped surrogate (times the truncated-IS weight when there is one)
     kl: Tensor  # the KL estimate to the reference, with its gradient (zeros when there is none)
     clipped: Tensor  # bool: the clipped branch was taken, so this token's policy gradient is 0
+    is_weights: Tensor | None = None  # the importance weights on the surrogate; None: none (all 1)
+    is_clipped: Tensor | None = None  # bool: the token's weight was cut at its cap; None: no cap
 
 
 def _check_terms(logprobs, old_logprobs, advantages, mask, clip_low, clip_high, ref_logprobs, beta):

@@ -15,6 +15,7 @@ loss; `tis` is `truncated_is(vanilla)`, `gspo+tis` is `truncated_is(gspo)`, and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple, get_args
 
@@ -96,16 +97,24 @@ def gspo_dual_clip(inputs: PolicyLossInputs, cfg: GRPOConfig) -> PolicyLossTerms
 
 def truncated_is_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, cap: float) -> Tensor:
     """min(p_trainer_old / p_sampler, cap) per token `[N, L]` (Yao et al. 2025): the sampler's numerics
-    (KV cache, autocast) differ from the trainer's, so its tokens are reweighted toward the trainer's."""
+    (KV cache, autocast) differ from the trainer's, so its tokens are reweighted toward the trainer's.
+
+    It is also AReaL's decoupled loss in its clamp form: when the sampler ran older weights
+    (`grpo.max_staleness`), the sampler's log-probs are the behaviour policy and the trainer's
+    recomputed ones (the ratio's denominator) the proximal policy, so the weight corrects for the
+    lag and the clipped ratio keeps the update near the proximal policy."""
     return torch.clamp(torch.exp(old_logprobs - sampler_logprobs), max=cap)
 
 
 def truncated_is(base: PolicyLossFn) -> PolicyLossFn:
-    """`base` with its surrogate weighted by the truncated importance weights of cap `cfg.tis_cap`."""
+    """`base` with its surrogate weighted by the truncated importance weights of cap `cfg.tis_cap`;
+    the terms carry the weights and which tokens the cap cut (the step's `is_weight_*` figures)."""
 
     def loss(inputs: PolicyLossInputs, cfg: GRPOConfig) -> PolicyLossTerms:
         weights = truncated_is_weights(inputs.old_logprobs, inputs.sampler_logprobs, cfg.tis_cap)
-        return base(inputs._replace(is_weights=weights), cfg)
+        cut = inputs.old_logprobs - inputs.sampler_logprobs > math.log(cfg.tis_cap)
+        terms = base(inputs._replace(is_weights=weights), cfg)
+        return terms._replace(is_weights=weights, is_clipped=cut & inputs.mask.bool())
 
     loss.__doc__ = f"{base.__name__} times truncated importance weights (cap grpo.tis_cap)."
     return loss

@@ -121,7 +121,10 @@ def select_groups(
 
 
 # What a step without an update does not have: no loss was taken, no KL measured.
-NO_UPDATE_KEYS = ("loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap")
+NO_UPDATE_KEYS = (
+    "loss", "kl", "clip_frac", "grad_norm", "entropy", "sampler_logprob_gap",
+    "is_weight_mean", "is_weight_max", "is_clip_frac",
+)  # fmt: skip
 
 
 def skip_record(sums: Mapping[str, float]) -> dict[str, Any]:

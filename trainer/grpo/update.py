@@ -7,6 +7,10 @@ forward (detached), so no extra forward is needed and the ratio is exactly 1 at 
 with several, a no-grad forward over every row precedes the first optimiser step. The sampler's own
 log-probs (KV cache, autocast) differ from them only by numerics: their gap is the
 `sampler_logprob_gap` metric, and the `tis` policy losses weight each token by min(exp(old - sampler), cap).
+When the sampler ran older weights (`grpo.max_staleness`), the sampler's log-probs are the behaviour
+policy and the old log-probs recomputed here the proximal one: the same weights then correct for
+the lag (AReaL's decoupled loss). The step records the weights the loss applied to the kept tokens
+(`is_weight_mean`, `is_weight_max`, `is_clip_frac`: 1, 1 and 0 for a loss that applies none).
 
 The policy loss is the function `grpo.policy_loss` names in the registry (`trainer.grpo.policy_losses`),
 looked up once here: the update hands it every micro-batch's tensors and never asks which variant it is.
@@ -25,7 +29,7 @@ from torch import Tensor, nn
 from trainer.config import GRPOConfig
 from trainer.distributed import all_reduce_sum
 from trainer.grpo.dropout import dropout_disabled
-from trainer.grpo.loss import aggregate_loss, loss_denominator
+from trainer.grpo.loss import PolicyLossTerms, aggregate_loss, loss_denominator
 from trainer.grpo.minibatch import minibatch_rows, select_rows, split_by_rollout
 from trainer.grpo.policy_losses import PolicyLossInputs, get_policy_loss
 from trainer.grpo.selection import GroupSelection
@@ -45,6 +49,9 @@ UPDATE_METRICS: dict[str, float] = {
     "skipped": 0.0,
     "entropy": float("nan"),
     "sampler_logprob_gap": float("nan"),
+    "is_weight_mean": float("nan"),
+    "is_weight_max": float("nan"),
+    "is_clip_frac": float("nan"),
 }
 
 
@@ -108,7 +115,18 @@ class GRPOUpdate:
         self.in_loss = (selection.row_weight > 0) | (selection.kl_weight > 0)  # [N] host
         self.old: list[Tensor | None] = [None] * len(rollouts)
         zero = torch.zeros((), device=ctx.device)
-        names = ("kl", "kl_tokens", "clipped", "kept_tokens", "entropy", "tokens", "gap")
+        names = (
+            "kl",
+            "kl_tokens",
+            "clipped",
+            "kept_tokens",
+            "entropy",
+            "tokens",
+            "gap",
+            "is",
+            "is_cut",
+            "is_max",
+        )
         self.sums = {name: zero.clone() for name in names}
 
     def _record_old(self, i: int, logprobs: Tensor, entropy: Tensor) -> None:
@@ -176,7 +194,21 @@ class GRPOUpdate:
         self.sums["kl_tokens"] += kl_kept.sum()
         self.sums["clipped"] += (terms.clipped & kept).sum()
         self.sums["kept_tokens"] += kept.sum()
+        self._importance_sums(terms, kept)
         return loss.detach()
+
+    def _importance_sums(self, terms: PolicyLossTerms, kept: Tensor) -> None:
+        """The importance weights the loss applied to the kept tokens (1 where it applies none)."""
+        s = self.sums
+        if terms.is_weights is None:
+            s["is"] += kept.sum()
+            s["is_max"] = torch.maximum(s["is_max"], kept.any().to(s["is_max"].dtype))
+            return
+        weights = torch.where(kept, terms.is_weights.detach(), 0.0)
+        s["is"] += weights.sum()
+        s["is_max"] = torch.maximum(s["is_max"], weights.max().to(s["is_max"].dtype))
+        if terms.is_clipped is not None:
+            s["is_cut"] += (terms.is_clipped & kept).sum()
 
     def _optimiser_step(self, rows: Tensor | None, metrics: DeviceMetrics):
         """One optimiser step over the step's `rows` (None: every row), accumulated per micro-batch."""
@@ -217,4 +249,7 @@ class GRPOUpdate:
         metrics.add("clip_frac", s["clipped"] / s["kept_tokens"].clamp(min=1.0))
         metrics.add("entropy", s["entropy"] / s["tokens"].clamp(min=1.0))
         metrics.add("sampler_logprob_gap", s["gap"] / s["tokens"].clamp(min=1.0))
+        metrics.add("is_weight_mean", s["is"] / s["kept_tokens"].clamp(min=1.0))
+        metrics.add("is_weight_max", s["is_max"])
+        metrics.add("is_clip_frac", s["is_cut"] / s["kept_tokens"].clamp(min=1.0))
         metrics.add("consecutive_skips", result.consecutive_skips)

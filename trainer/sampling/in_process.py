@@ -80,8 +80,8 @@ class InProcessSampler:
 
     def _row_keys(self, batch: PromptBatch, version: int) -> Tensor:
         """`[B*K]` the noise keys of the batch's rows (`trainer.sampling.row_noise`)."""
-        k = self.cfg.group_size
-        return row_keys(self.seed, version, batch.first_index, len(batch.prompts), k, self.device)
+        k, step = self.cfg.group_size, batch.noise_step(version)
+        return row_keys(self.seed, step, batch.first_index, len(batch.prompts), k, self.device)
 
     # ----------------------------------------------------------------- any decoding of these weights
     def complete(

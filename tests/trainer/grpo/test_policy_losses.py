@@ -14,7 +14,7 @@ from pydantic import ValidationError
 import trainer.grpo.update as update_module
 from service.config_keys import describe_error
 from tests.trainer.tiny_setup import CHESS_TOKENIZER, PAIRS, char_match, small_cfg
-from trainer.config import POLICY_LOSS_PARAMS, GRPOConfig, PolicyLoss, TrainerConfig
+from trainer.config import DEFAULT_TIS_CAP, POLICY_LOSS_PARAMS, GRPOConfig, PolicyLoss, TrainerConfig
 from trainer.engine import Trainer
 from trainer.grpo import POLICY_LOSSES, PolicyLossInputs, get_policy_loss, register_policy_loss
 from trainer.grpo.loss import policy_loss_terms
@@ -62,7 +62,6 @@ def test_an_unknown_name_is_one_line():
             "grpo: tis_cap is read only by policy_loss tis,",
         ),
         ({"policy_loss": "dual_clip"}, "grpo: policy_loss='dual_clip' needs dual_clip"),
-        ({"policy_loss": "gspo+tis"}, "grpo: policy_loss='gspo+tis' needs tis_cap"),
         ({"policy_loss": "gspo", "ratio_level": "sequence"}, "grpo: ratio_level is replaced by policy_loss"),
         ({"ratio_level": "row"}, "grpo: ratio_level 'row' is not allowed; expected 'token' or 'sequence'"),
     ],
@@ -107,11 +106,25 @@ def test_each_loss_is_the_maths_its_older_flags_gave(level, dual, cap, with_ref)
         ratio_level=level, dual_clip=dual, kl_estimator=cfg.kl_estimator, is_weights=is_weights,
     )  # fmt: skip
     now = get_policy_loss(cfg.policy_loss)(PolicyLossInputs(logp, old, sampler, adv, mask, ref), cfg)
-    for a, b in zip(before, now, strict=True):
+    for a, b in zip(before[:4], now[:4], strict=True):  # loss, pg, kl, clipped
         assert torch.equal(a, b)
+    if cap is None:
+        assert now.is_weights is None and now.is_clipped is None
+    else:
+        assert torch.equal(now.is_weights, is_weights)
+        assert torch.equal(now.is_clipped, mask & (torch.exp(old - sampler) > cap))
     grad_before = torch.autograd.grad(before.loss.sum(), logp)[0]
     assert torch.equal(grad_before, torch.autograd.grad(now.loss.sum(), logp)[0])
     assert torch.isfinite(grad_before).all()
+
+
+@pytest.mark.parametrize("name", [n for n in get_args(PolicyLoss) if "tis" in n.split("+")])
+def test_a_tis_loss_without_a_cap_takes_cap_2(name):
+    cfg = TrainerConfig.model_validate(
+        {"grpo": {"policy_loss": name, "dual_clip": 3.0} if "dual" in name else {"policy_loss": name}}
+    )
+    assert cfg.grpo.tis_cap == DEFAULT_TIS_CAP == 2.0
+    assert GRPOConfig.model_validate(cfg.grpo.model_dump()) == cfg.grpo  # saved with its cap
 
 
 def test_a_name_is_registered_once():
