@@ -40,7 +40,7 @@ def test_statuses_and_limits_have_the_agreed_names_and_defaults():
 def test_ok_program_gives_its_output_and_a_picklable_result():
     result = run_python("import sys\nprint(sum(range(10)))\nprint('note', file=sys.stderr)")
     assert (result.status, result.exit_code, result.stdout, result.stderr) == ("ok", 0, "45\n", "note\n")
-    assert result.ok and result.detail == "" and result.seconds > 0  # the wall clock it took, whatever the machine
+    assert result.ok and result.detail == "" and result.seconds > 0  # its wall clock, whatever the machine
     assert isinstance(result, SandboxResult) and pickle.loads(pickle.dumps(result)) == result
 
 
