@@ -27,6 +27,7 @@ from service.preflight import reward_problem
 from service.preflight.reward_trial import TrialResult, run_trial, sample_items
 from service.preflight.token_ids import encoder_if_needed
 from service.presets import DEFAULT_PRESET, PRESETS
+from service.tasks import build_task
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.n < 1:
             raise ConfigError(f"--n: {args.n} is not allowed; give at least 1 item")
         cfg = load_config(args.preset or DEFAULT_PRESET, args.config, args.overrides)
-        from service.tasks import build_task
         from service.train import held_out_eval_pairs
 
         task = build_task(cfg)

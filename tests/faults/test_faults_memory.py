@@ -9,7 +9,7 @@ GRPO step 220.
 
 Bound: growth <= 32 MiB per process. Measured on a 2-CPU machine: the driver ~410 MiB, +0.2 MiB;
 a reward worker ~130 MiB, +1.3 MiB (its validity memo holds the distinct completions seen, at
-most `reward.cache_size` entries). 32 MiB is well above that and allocator noise, and well below
+most `task.cache_size` entries). 32 MiB is well above that and allocator noise, and well below
 what a per-step leak would add over 200 steps: 160 KiB a step, e.g. keeping every step's
 rollouts or records, already exceeds it.
 """
