@@ -27,7 +27,7 @@ from service.presets import DEFAULT_PRESET, PRESETS
 from service.tasks import TASKS, FenTaskConfig, TaskConfig
 from trainer.config import TrainerConfig
 from trainer.config_base import Frozen
-from trainer.strategy import FSDPConfig, StrategyName
+from trainer.strategy import FSDPConfig, StrategyName, fsdp_unavailable_reason
 
 # Run ids name a directory, Ray actors and metric tags: keep them to safe characters.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
@@ -213,11 +213,30 @@ class ServiceConfig(TrainerConfig):
 
     @model_validator(mode="after")
     def _check_strategy(self) -> ServiceConfig:
-        from service.scaling_strategy import strategy_problem
-
-        if problem := strategy_problem(self):
+        if problem := self._strategy_problem():
             raise ValueError(problem)
         return self
+
+    def _strategy_problem(self) -> str | None:
+        """The line refusing the strategy settings, or None: fsdp with one worker (nothing to
+        shard), FSDP's own settings given to a ddp run, the decode step's CUDA graphs (they replay
+        reads of weight addresses that fsdp gathers anew every step), a torch too old for FSDP2."""
+        scaling = self.scaling
+        if scaling.strategy == "ddp":
+            if scaling.fsdp is not None:
+                return "scaling.fsdp is read with scaling.strategy=fsdp only; drop it or set scaling.strategy=fsdp"
+            return None
+        if scaling.num_workers < 2:
+            return (
+                "scaling.strategy: 'fsdp' shards the policy over the trainer workers, and scaling.num_workers is 1: "
+                "there is nothing to shard; use scaling.strategy=ddp (one process) or 2 or more workers"
+            )
+        if self.sampling.cuda_graphs:
+            return (
+                "sampling.cuda_graphs replays decode steps that read the weights where they were, and "
+                "scaling.strategy=fsdp gathers them anew each step; set sampling.cuda_graphs=false"
+            )
+        return fsdp_unavailable_reason("cuda" if scaling.use_gpu else "cpu")
 
     @model_validator(mode="after")
     def _check_shares(self) -> ServiceConfig:

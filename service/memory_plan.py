@@ -308,7 +308,7 @@ def check_memory(
 
     try:
         shape = shape_of(cfg)
-    except (OSError, ImportError):  # a model that does not load: the model checks say why, later
+    except (OSError, ValueError, ImportError):  # a model that does not load: the model checks say why, later
         return None
     if cfg.scaling.strategy == "fsdp" and shape.unshardable:
         raise ConfigError(shape.unshardable)

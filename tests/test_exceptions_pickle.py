@@ -18,6 +18,7 @@ from service.run_lock import Owner
 PACKAGES = ("rewards", "trainer", "actors", "service")
 # Constructor arguments of the exceptions that take more than a message.
 ARGS = {
+    "EnvCallError": (("KeyError", "'board'", 0.25), {}),
     "ConnectionFailed": (("http://h:1", "refused"), {}),
     "RequestFailed": (("http://h:1", "bad", 500), {}),
     "RunTimeout": (("r1", 5.0, RunStatus("r1", RunState.RUNNING, step=3, total_steps=9)), {}),

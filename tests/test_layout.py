@@ -4,6 +4,7 @@ one schedule."""
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,50 @@ def test_imports_run_one_way(package):
         for path in _modules(package)
     }
     assert {k: v for k, v in bad.items() if v} == {}
+
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the packages and the benchmarks, by dotted name (a package by its own name)."""
+    names = {}
+    for package in (*PACKAGES, BENCH):
+        for path in _modules(package):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports, at module level or inside a function; an import of
+    a name is an import of the module holding it (a submodule, else the package)."""
+    modules = _module_names()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def test_no_import_circle_among_the_projects_modules():
+    """Two modules that import each other (inside functions too) are one room pretending to be two."""
+    try:
+        graphlib.TopologicalSorter(_import_graph()).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"an import circle: {' -> '.join(exc.args[1])}")
 
 
 def test_every_package_folder_is_a_package():

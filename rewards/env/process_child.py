@@ -37,6 +37,9 @@ class EnvCallError(Exception):
         super().__init__(message)
         self.type_name, self.message, self.took_s = type_name, message, took_s
 
+    def __reduce__(self):
+        return type(self), (self.type_name, self.message, self.took_s)
+
 
 def timed_call(fn: Callable[..., Any], args: tuple) -> tuple[Any, float]:
     """fn(*args) and the seconds it took; EnvCallError when it raises."""

@@ -73,3 +73,20 @@ def test_a_jsonl_file_gives_canonical_targets_and_its_own_held_out_set(tmp_path)
     assert "skipped 1 bad records" in logs[0] and "not a FEN" in logs[0]
     assert pickle.loads(pickle.dumps(task)).eval_pairs() == held
     assert task.eval_group[0] == "plies" and task.eval_group[1]("e4 e5") == "2"
+
+
+def test_an_environment_class_is_resolved_once_per_process_and_travels_by_its_name(monkeypatch):
+    from service.tasks import env as env_module
+
+    loaded = []
+    real = env_module.load_environment
+    monkeypatch.setattr(env_module, "load_environment", lambda spec: loaded.append(spec) or real(spec))
+    env_module.environment_class.cache_clear()
+    task = build_task(load_config("env-smoke", overrides=["task.hosting=local"]))
+    task.train_stream(None)(0), task.grpo_stream(None)(1), task.episode_host(), task.deterministic
+    assert loaded == ["guess"]
+    again = pickle.loads(pickle.dumps(task))  # as a trainer process receives it: the name, not the class
+    assert b"GuessNumber" not in pickle.dumps(task) and again.env == "guess"
+    env_module.environment_class.cache_clear()  # a fresh process
+    again.train_stream(None)(0), again.episode_host(), again.deterministic
+    assert loaded == ["guess", "guess"]
