@@ -44,6 +44,10 @@ class Schedule:
         """Global steps of the run: SFT steps, then GRPO steps."""
         return self.sft_steps + self.grpo_steps
 
+    def grpo_step(self, index: int) -> int:
+        """The global step of the GRPO step numbered `index` from 0."""
+        return self.sft_steps + index + 1
+
     def phase_of(self, step: int) -> Phase:
         """'sft' for steps up to sft_steps (step 0 included: the policy before any GRPO), 'grpo' after."""
         return "sft" if step <= self.sft_steps else "grpo"

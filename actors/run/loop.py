@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 
@@ -41,6 +43,7 @@ from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, TRAIN_POLL_ENV
 from actors.run.heap import frozen_heap
 from actors.run.kept_runtime import KeptRuntime
+from actors.run.samplers import plan_steps, start_samplers
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
 from trainer.checkpoint import step_dir_name
@@ -178,6 +181,20 @@ class WorkerLoop:
         )
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
+        actors = spec.trainer.sampling.placement == "actors"  # GRPO samples from sampler actors
+        self._samplers = (
+            start_samplers(
+                self.trainer,
+                spec.task,
+                prompt_format=spec.prompt_format,
+                reward_token_ids=spec.reward_token_ids,
+                pool=spec.pool,
+                run_id=spec.run_id,
+                rank=self.rank,
+            )
+            if actors
+            else None
+        )
         self.runtime = {**runtime_settings(self.trainer), **threads}
         if kept is not None:  # what the config left to the machine, as the continued run had it
             self.runtime.update(
@@ -201,8 +218,12 @@ class WorkerLoop:
         try:
             # torch seeds its global RNG randomly in each process; dropout draws from it. Seed it
             # from the run's seed (apart from the sampling seeds (seed, rank, step >= 0)) so a run
-            # repeats exactly; a restore then replaces it with the checkpoint's RNG state.
-            torch.manual_seed(derived_seed(self.spec.trainer.seed, self.rank, -1))
+            # repeats exactly; a restore then replaces it with the checkpoint's RNG state. Python's
+            # and numpy's too: a checkpoint holds them, so two runs of one config write the same bytes.
+            seed = derived_seed(self.spec.trainer.seed, self.rank, -1)
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
             step = self.restore()
             self._publish(
                 START,
@@ -212,6 +233,8 @@ class WorkerLoop:
                 self.evaluate(0, "start")
             source, grpo_source = self._sources()
             data = StepData(self.schedule, source, self.rank, self.world, grpo_source=grpo_source)
+            if self._samplers is not None:
+                plan_steps(self.trainer, self.schedule, data)
             try:
                 with frozen_heap():  # full garbage collections skip what the run was built of
                     while step < self.schedule.total:
@@ -236,6 +259,8 @@ class WorkerLoop:
             self._publish(ERROR, {"step": step, "reason": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
+            if self._samplers is not None:
+                self._samplers.shutdown()
             if self._placed is not None:
                 self._placed.shutdown()
             if self._pool is not None:
@@ -278,6 +303,8 @@ class WorkerLoop:
     def _reasons(self) -> list[str]:
         """This rank's first reasons of the step's failed rewards (or episodes), one line each."""
         source = self.trainer.episodes if self.trainer.episodes is not None else self.rewards()
+        if self._samplers is not None:  # the sampler actors scored the step
+            source = self.trainer.rollouts
         return [" ".join(r.split())[:200] for r in getattr(source, "failure_reasons", [])]
 
     def _failure_reasons(self, metrics: dict[str, Any]) -> dict[str, list[str]]:
@@ -314,8 +341,8 @@ class WorkerLoop:
 
     def rewards(self) -> RewardPool | PlacedRewards:
         """Where this rank's GRPO rewards are scored: the pool, or in process when that is cheaper."""
-        if self.spec.pool.placement == "pool" or self.spec.scorer is None:
-            return self.pool()
+        if self.spec.pool.placement == "pool" or self.spec.scorer is None or self._samplers is not None:
+            return self.pool()  # (with sampler actors the actors score, on the pool)
         if self._placed is None:
             self._placed = PlacedRewards(
                 self.pool(), self.spec.scorer, self.spec.pool.placement, log=self._say

@@ -81,6 +81,13 @@ class StepData:
         self._next = (step + 1, self._pool.submit(self._build, step + 1)) if more else None
         return pairs
 
+    def ahead(self, step: int) -> StepPairs:
+        """The pairs of a later `step` (this rank's share generated), for sampling it ahead; the
+        background preparation of the next step is left as it is (and used when it is that step)."""
+        if self._next is not None and self._next[0] == step:
+            return self._next[1].result()
+        return self._build(step)
+
     def refill(self, step: int, attempt: int) -> StepPairs:
         """Round `attempt` of dynamic sampling's extra prompts for `step` (this rank's share generated):
         as many as the step has, from a region of the stream that the schedule never reaches, so a

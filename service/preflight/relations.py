@@ -12,11 +12,17 @@ from typing import Any
 
 
 def cpus_needed(cfg: Any) -> float:
-    """Logical CPUs the run reserves: its trainer workers and its reward workers."""
+    """Logical CPUs the run reserves: its trainer workers, its reward workers and its sampler actors."""
     return (
         cfg.scaling.num_workers * cfg.scaling.cpus_per_worker
         + cfg.pool.num_workers * cfg.pool.cpus_per_worker
+        + sampler_actors(cfg) * cfg.sampling.actors.cpus_per_actor
     )
+
+
+def sampler_actors(cfg: Any) -> int:
+    """The run's sampler actors (`sampling.placement: actors`: sampling.actors.num per trainer worker)."""
+    return cfg.scaling.num_workers * cfg.sampling.actors.num if cfg.sampling.placement == "actors" else 0
 
 
 def num_cpus_problem(cfg: Any) -> str | None:
@@ -26,7 +32,13 @@ def num_cpus_problem(cfg: Any) -> str | None:
         return (
             f"run.num_cpus: {cfg.run.num_cpus} is below the {need} CPUs the run reserves "
             f"(scaling: {cfg.scaling.num_workers} x {cfg.scaling.cpus_per_worker:g}, "
-            f"pool: {cfg.pool.num_workers} x {cfg.pool.cpus_per_worker:g}); raise it or leave it unset"
+            f"pool: {cfg.pool.num_workers} x {cfg.pool.cpus_per_worker:g}"
+            + (
+                f", sampling.actors: {sampler_actors(cfg)} x {cfg.sampling.actors.cpus_per_actor:g}"
+                if sampler_actors(cfg)
+                else ""
+            )
+            + "); raise it or leave it unset"
         )
     return None
 
