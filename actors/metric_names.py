@@ -66,6 +66,23 @@ STEP_METRICS: tuple[Metric, ...] = (
     _m("consecutive_skips", "train", "updates skipped in a row"),
     _m("empty_update", "train", "1 when every group was dropped (no optimiser step)"),
     _m("sampler_logprob_gap", "train", "mean |sampler - trainer| log-prob of sampled tokens"),
+    _m(
+        "policy_version",
+        "train",
+        "GRPO updates the policy that sampled the step had taken (its weights' version)",
+    ),
+    _m(
+        "staleness",
+        "train",
+        "updates between the sampling policy and the one trained (at most grpo.max_staleness)",
+    ),
+    _m(
+        "is_weight_mean",
+        "train",
+        "mean importance weight (trained / sampling policy, clamped) over sampled tokens",
+    ),
+    _m("is_weight_max", "train", "largest importance weight of the step after clamping"),
+    _m("is_clip_frac", "train", "share of sampled tokens whose importance weight was clamped"),
     _m("tokens", "train", "tokens trained on"),
     _m("sequences", "train", "SFT pairs in the step"),
     _m("completions", "train", "completions sampled in the step"),
