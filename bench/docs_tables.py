@@ -36,6 +36,8 @@ SECTIONS = (
     "sandbox",
     "cost-curve",
     "env",
+    "fsdp",
+    "async",
     "gpu_steps",
 )
 # The README's headline: the GRPO step against the peer, then what each other part costs.

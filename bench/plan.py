@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.async_sampling import AsyncPlan
 from bench.cost_curve import CostCurvePlan
 from bench.episodes import EnvPlan
+from bench.fsdp import FSDPPlan
 from bench.grpo import GRPOPlan
 from bench.hf import HFPlan
 from bench.machine import usable_cores
@@ -17,7 +19,8 @@ from bench.sandbox import SandboxPlan
 from bench.train_step import TrainStepPlan
 
 SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost", "sandbox")
-OPTIONAL_SECTIONS = ("peer", "cost-curve", "env")  # run only when asked for by name (`--sections peer`)
+# run only when asked for by name (`--sections peer`)
+OPTIONAL_SECTIONS = ("peer", "cost-curve", "env", "fsdp", "async")
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -38,6 +41,8 @@ class BenchPlan:
     sandbox: SandboxPlan = field(default_factory=SandboxPlan)
     cost_curve: CostCurvePlan = field(default_factory=CostCurvePlan)
     env: EnvPlan = field(default_factory=EnvPlan)
+    fsdp: FSDPPlan = field(default_factory=FSDPPlan)
+    async_sampling: AsyncPlan = field(default_factory=AsyncPlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -69,6 +74,8 @@ def quick_plan() -> BenchPlan:
             grpo_rounds=1,
         ),
         sandbox=SandboxPlan(executions=100, slow_executions=20, rounds=3),
+        fsdp=FSDPPlan(steps=2),
+        async_sampling=AsyncPlan(steps=4, rounds=1),
     )
 
 
@@ -82,4 +89,6 @@ def full_plan() -> BenchPlan:
         grpo=GRPOPlan(steps=6, warmup=2, baseline_steps=3, sft_steps=300, extras=True, rounds=2),
         hf=HFPlan(steps=6, warmup=2),
         peer=PeerPlan(rounds=3, peer_steps=12),
+        fsdp=FSDPPlan(steps=5),
+        async_sampling=AsyncPlan(steps=12, rounds=3),
     )

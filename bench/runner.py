@@ -9,12 +9,18 @@ from typing import Any
 import ray
 
 from bench.assemble import bench_result, run_section
+from bench.async_sampling import HEADLINE as ASYNC_HEADLINE
+from bench.async_sampling import TITLE as ASYNC_TITLE
+from bench.async_sampling import bench_async
 from bench.cost_curve import HEADLINE as CURVE_HEADLINE
 from bench.cost_curve import TITLE as CURVE_TITLE
 from bench.cost_curve import bench_cost_curve
 from bench.episodes import HEADLINE as ENV_HEADLINE
 from bench.episodes import TITLE as ENV_TITLE
 from bench.episodes import bench_env
+from bench.fsdp import HEADLINE as FSDP_HEADLINE
+from bench.fsdp import TITLE as FSDP_TITLE
+from bench.fsdp import bench_fsdp
 from bench.grpo import GRPO_HEADLINE, bench_grpo
 from bench.hf import HEADLINE as HF_HEADLINE
 from bench.hf import TITLE as HF_TITLE
@@ -54,6 +60,8 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     "sandbox": ((SANDBOX_TITLE,), SANDBOX_HEADLINE, lambda p: bench_sandbox(p.sandbox)),
     "cost-curve": ((CURVE_TITLE,), CURVE_HEADLINE, lambda p: bench_cost_curve(p.cost_curve)),
     "env": ((ENV_TITLE,), ENV_HEADLINE, lambda p: bench_env(p.env)),
+    "fsdp": ((FSDP_TITLE,), FSDP_HEADLINE, lambda p: bench_fsdp(p.fsdp)),
+    "async": ((ASYNC_TITLE,), ASYNC_HEADLINE, lambda p: bench_async(p.async_sampling)),
 }
 
 
