@@ -49,7 +49,11 @@ def moved_keys(config: dict[str, Any]) -> dict[str, Any]:
     """`config` with each moved key taken from its old section into `task` (ValueError, one line,
     for a key its task does not read at a value other than its old default)."""
     task = config.get("task") or {}
-    task = task.model_dump() if hasattr(task, "model_dump") else dict(task)
+    if hasattr(task, "model_dump"):
+        task = task.model_dump()
+    elif not isinstance(task, dict):  # not a section: validation names the key and what it takes
+        return config
+    task = dict(task)
     name = task.get("name", DEFAULT_TASK)
     out, moved = dict(config), False
     for section in dict.fromkeys(key.partition(".")[0] for key in MOVED):

@@ -13,7 +13,7 @@ import pytest
 import ray
 import yaml
 from fault_runs import REPO, clean_env, read_rows, summary
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -114,6 +114,8 @@ def test_any_dotted_overrides_are_accepted_or_refused_in_one_line(overrides, raw
         ),
     )
 )
+@example(text="task: 1")  # a section given as a number or a string
+@example(text="task: ;")
 def test_any_yaml_file_is_accepted_or_refused_in_one_line(tmp_path, text):
     path = tmp_path / "random.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
