@@ -23,9 +23,9 @@ from service.config import load_config, trainer_config
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.distributed import gather_json
 from trainer.engine import Trainer
-from trainer.schedule import Schedule
 from trainer.grpo.reward_source import InlineRewards
 from trainer.policy.char_tokenizer import CharTokenizer
+from trainer.schedule import Schedule
 from trainer.strategy import StrategyConfig
 from trainer.strategy.footprint import rank_state_bytes
 
