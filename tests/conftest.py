@@ -22,7 +22,8 @@ for _name, _value in SUITE_WAIT_POLICY.items():
 # the suite's own instead of the user's cache: every run of the suite on one machine then decides
 # alike, and nothing is written to the home directory.
 os.environ.setdefault(
-    "GRPO_MACHINE_FIGURES", os.path.join(tempfile.gettempdir(), f"grpo-suite-machine-figures-{os.getuid()}.json")
+    "GRPO_MACHINE_FIGURES",
+    os.path.join(tempfile.gettempdir(), f"grpo-suite-machine-figures-{os.getuid()}.json"),
 )
 
 # Property tests (Hypothesis) draw new examples on every run here, to find what no one wrote down;

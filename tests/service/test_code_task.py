@@ -75,7 +75,9 @@ def test_a_run_with_a_bad_row_exits_2_naming_the_file_and_line(tmp_path, capsys,
 
 
 def test_without_the_sandbox_a_code_run_exits_2_before_ray_starts_naming_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("rewards.sandbox.sandbox_unavailable_reason", lambda method="auto": "bwrap: not found on PATH")
+    monkeypatch.setattr(
+        "rewards.sandbox.sandbox_unavailable_reason", lambda method="auto": "bwrap: not found on PATH"
+    )
     # refused before Ray starts: in the unit tier, starting it would fail the test (tests/tiers.py)
     rc = main(["--preset", "code-smoke", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()

@@ -163,8 +163,14 @@ def test_a_resumed_run_computes_with_the_choices_of_the_run_it_continues(smoke_r
     result, _ = _train("--run-dir", str(run_dir), "--resume", "--set", f"grpo.steps={grpo + 1}")
     assert_ran(result)
     runtime = json.loads((run_dir / "runtime.json").read_text())
-    assert (runtime["precision"], runtime["sampling_precision"], runtime["linear_kernel"]) == (other, other, kernel)
-    assert runtime["precision_reason"] == "auto: another machine's reason" and runtime["kept_from_step"] == done
+    assert (runtime["precision"], runtime["sampling_precision"], runtime["linear_kernel"]) == (
+        other,
+        other,
+        kernel,
+    )
+    assert (
+        runtime["precision_reason"] == "auto: another machine's reason" and runtime["kept_from_step"] == done
+    )
     assert (runtime["torch_threads"], runtime["sampling_threads"]) == (1, 1)
     newest = json.loads((run_dir / "checkpoints" / f"step_{done + 1:06d}" / "extra.json").read_text())
     assert {k: newest["runtime"][k] for k in ("precision", "linear_kernel", "torch_threads")} == {

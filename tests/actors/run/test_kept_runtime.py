@@ -27,7 +27,9 @@ def test_every_setting_left_to_auto_becomes_what_the_continued_run_computed_with
     assert (cfg.model.attn_implementation, cfg.model.linear_kernel) == ("eager", "onednn")
     assert (kept.torch_threads(None), kept.sampling_threads(None), kept.sampling_threads("auto")) == (2, 1, 1)
     record = kept.record_of(TrainerConfig(), None, "auto")
-    assert record["precision_reason"] == RECORD["precision_reason"]  # the run's own reason, not "set in the config"
+    assert (
+        record["precision_reason"] == RECORD["precision_reason"]
+    )  # the run's own reason, not "set in the config"
     assert record["sampling_threads_from"] == "timed at start (auto)" and record["kept_from_step"] == 12
     assert record["kept"] == [
         "attention", "linear_kernel", "precision", "sampling_precision", "sampling_threads", "torch_threads"
@@ -36,7 +38,9 @@ def test_every_setting_left_to_auto_becomes_what_the_continued_run_computed_with
 
 def test_a_setting_the_config_names_is_the_configs_on_a_resume_too():
     kept = KeptRuntime.of_checkpoint({"step": 3, "runtime": RECORD})
-    named = TrainerConfig.model_validate({"precision": {"dtype": "fp32"}, "model": {"linear_kernel": "torch"}})
+    named = TrainerConfig.model_validate(
+        {"precision": {"dtype": "fp32"}, "model": {"linear_kernel": "torch"}}
+    )
     cfg = kept.trainer_config(named)
     assert (cfg.precision.dtype, cfg.model.linear_kernel) == ("fp32", "torch")
     assert (cfg.sampling.dtype, cfg.model.attn_implementation) == ("fp32", "eager")  # still auto: kept
