@@ -25,6 +25,16 @@ def sampler_actors(cfg: Any) -> int:
     return cfg.scaling.num_workers * cfg.sampling.actors.num if cfg.sampling.placement == "actors" else 0
 
 
+def sampler_actors_problem(cfg: Any) -> str | None:
+    """Sampler actors sample single-turn tasks: an environment's episodes are played by the ranks."""
+    if cfg.sampling.placement == "actors" and cfg.task.name == "env":
+        return (
+            "sampling.placement=actors samples single-turn tasks; an environment task's episodes are played "
+            "by the trainer ranks: use sampling.placement=trainer"
+        )
+    return None
+
+
 def num_cpus_problem(cfg: Any) -> str | None:
     """`run.num_cpus` below the run's reservations would leave a worker waiting for ever."""
     need = math.ceil(cpus_needed(cfg))
@@ -82,7 +92,7 @@ def relation_problems(cfg: Any, *, driver: bool) -> list[str]:
     """Every relation that fails. `driver`: checked where the run's driver runs, so its storage is
     checked there, and a GPU request too when no cluster is given (its own Ray starts here); the
     client checks what the config alone decides."""
-    problems = [num_cpus_problem(cfg)]
+    problems = [num_cpus_problem(cfg), sampler_actors_problem(cfg)]
     if driver:
         problems += [
             gpu_problem(cfg) if not os.environ.get("RAY_ADDRESS") else None,

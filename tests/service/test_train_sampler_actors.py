@@ -89,13 +89,13 @@ def test_a_run_at_staleness_1_records_the_lag_and_its_importance_weights(tmp_pat
     assert "sampling" not in state  # the last step requests nothing ahead: nothing on its way
 
 
-def test_an_environment_task_with_sampler_actors_fails_in_one_line(tmp_path):
+def test_an_environment_task_with_sampler_actors_is_refused_before_the_run_in_one_line(tmp_path):
     result = run_train(
         "--preset", "env-smoke", "--run-dir", str(tmp_path / "env"),
         sets=("run.backend=local", "sampling.placement=actors"), env=shared_env(),
     )  # fmt: skip
-    assert result.returncode != 0
-    summary = json.loads((tmp_path / "env" / "summary.json").read_text())
-    assert summary["status"] == "failed"
-    assert "sampling.placement=actors samples single-turn tasks" in summary["error"]
-    assert "\n" not in summary["error"]
+    assert result.returncode == 2 and not (tmp_path / "env").exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sampling.placement=actors samples single-turn tasks" in lines[0], (
+        result.stderr
+    )
