@@ -181,9 +181,9 @@ class WorkerLoop:
         )
         prompt = spec.eval_pairs[0].prompt if spec.eval_pairs else None
         threads.update(choose_sampling_threads(self.trainer, spec.sampling_threads, prompt))
-        actors = spec.trainer.sampling.placement == "actors"  # GRPO samples from sampler actors
-        self._samplers = (
-            start_samplers(
+        self._samplers = None  # the sampler actors of sampling.placement=actors; None: it samples itself
+        if spec.trainer.sampling.placement == "actors":
+            self._samplers = start_samplers(
                 self.trainer,
                 spec.task,
                 prompt_format=spec.prompt_format,
@@ -192,9 +192,6 @@ class WorkerLoop:
                 run_id=spec.run_id,
                 rank=self.rank,
             )
-            if actors
-            else None
-        )
         self.runtime = {**runtime_settings(self.trainer), **threads}
         if kept is not None:  # what the config left to the machine, as the continued run had it
             self.runtime.update(
@@ -302,9 +299,12 @@ class WorkerLoop:
 
     def _reasons(self) -> list[str]:
         """This rank's first reasons of the step's failed rewards (or episodes), one line each."""
-        source = self.trainer.episodes if self.trainer.episodes is not None else self.rewards()
         if self._samplers is not None:  # the sampler actors scored the step
             source = self.trainer.rollouts
+        elif self.trainer.episodes is not None:
+            source = self.trainer.episodes
+        else:
+            source = self.rewards()
         return [" ".join(r.split())[:200] for r in getattr(source, "failure_reasons", [])]
 
     def _failure_reasons(self, metrics: dict[str, Any]) -> dict[str, list[str]]:
