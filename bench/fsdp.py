@@ -10,8 +10,8 @@ built-in GPT: one SFT step, then `warmup` + `steps` GRPO steps with the FEN rewa
 the median GRPO step time is each rank's. Beside each rank's measured peak: what it holds of the
 policy's training state (`trainer.strategy.footprint`: parameters, gradients, AdamW's moments) and
 the memory plan's estimate of its peak (`service.memory_plan`, less the process's own term, which
-the measured delta leaves out too). On a machine with CUDA devices the group runs NCCL, one
-device per rank.
+the measured delta leaves out too); on a CPU also the whole process's peak against the plan's
+estimate with that term. On a machine with CUDA devices the group runs NCCL, one device per rank.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from bench.isolated import PeakMemory
+from bench.isolated import PeakMemory, peak_rss_mb
 from bench.results import add_table, new_section
 from bench.timing import median
 
@@ -104,6 +104,8 @@ def _rank(rank: int, world: int, rendezvous: str, plan: FSDPPlan, strategy: str,
                 times.append(time.perf_counter() - began)
         footprint = rank_state_bytes(trainer.model, [o.optimizer for o in trainer.optimizers.values()])
         mine = {"step_s": median(times), **memory.result(), "state_mb": footprint["total"] / 2**20}
+        if not cuda:  # the whole process: what the plan's estimate with its process term is to bound
+            mine["process_peak_mb"] = round(peak_rss_mb(), 1)
         everyone = gather_json(mine, device)
         if rank == 0:
             torch.save({"ranks": everyone, "params": sum(p.numel() for p in trainer.model.parameters())}, out)
@@ -127,8 +129,8 @@ def _live_memory_heap() -> None:
         libc.mallopt(M_TRIM_THRESHOLD, 128 << 10)
 
 
-def _estimate_mb(plan: FSDPPlan, strategy: str, world: int, prompt_tokens: int) -> float:
-    """The memory plan's peak for one rank, less the process's own term (MiB)."""
+def _estimate_mb(plan: FSDPPlan, strategy: str, world: int, prompt_tokens: int) -> tuple[float, float]:
+    """The memory plan's peak for one rank: less the process's own term, and whole (MiB)."""
     from service.config import load_config
     from service.memory_plan import PROCESS_BYTES, estimate
     from service.model_shape import model_shape
@@ -137,7 +139,8 @@ def _estimate_mb(plan: FSDPPlan, strategy: str, world: int, prompt_tokens: int) 
 
     cfg = load_config("smoke", overrides=_overrides(plan, strategy, world))
     shape = model_shape(cfg, CharTokenizer(CHESS_ALPHABET).vocab_size)
-    return (estimate(cfg, shape, prompt_tokens=prompt_tokens).peak.total - PROCESS_BYTES) / 2**20
+    whole = estimate(cfg, shape, prompt_tokens=prompt_tokens).peak.total
+    return (whole - PROCESS_BYTES) / 2**20, whole / 2**20
 
 
 def run_strategy(plan: FSDPPlan, strategy: str, world: int) -> dict[str, Any]:
@@ -165,21 +168,35 @@ def bench_fsdp(plan: FSDPPlan) -> dict[str, Any]:
     results = {name: run_strategy(plan, name, world) for name in STRATEGIES}
     rows = []
     for name in STRATEGIES:
-        estimate_mb = _estimate_mb(plan, name, world, prompt_tokens)
+        estimate_mb, whole_mb = _estimate_mb(plan, name, world, prompt_tokens)
         for rank, r in enumerate(results[name]["ranks"]):
-            rows.append([name, rank, r["step_s"] * 1e3, r["state_mb"], r["peak_mb"], estimate_mb])
+            rows.append([
+                name, rank, r["step_s"] * 1e3, r["state_mb"], r["peak_mb"], estimate_mb,
+                r.get("process_peak_mb"), whole_mb,
+            ])  # fmt: skip
     add_table(
         section,
         f"GRPO step per rank at world {world} ({results['ddp']['params'] / 1e6:.1f}M parameters, fp32, "
         f"{plan.prompts_per_rank} prompts x {plan.group_size} per rank, {plan.max_new_tokens} new tokens)",
-        ["strategy", "rank", "step (ms)", "training state (MiB)", "peak (MiB)", "plan's estimate (MiB)"],
+        [
+            "strategy", "rank", "step (ms)", "training state (MiB)", "peak (MiB)", "plan's estimate (MiB)",
+            "process peak (MiB)", "plan's estimate with its process term (MiB)",
+        ],
         rows,
     )  # fmt: skip
     ddp, fsdp = results["ddp"]["ranks"], results["fsdp"]["ranks"]
     section["data"] = {"plan": plan.__dict__, "world": world, "results": results}
     section["notes"].append(
-        f"peak: {ddp[0]['method']}; the plan's estimate leaves out the process's own term"
+        f"peak: {ddp[0]['method']}; the plan's estimate leaves out the process's own term. Beside the "
+        "tensors the plan counts, a CPU process grows over its first steps by what the libraries keep "
+        "outside them (the heap of small blocks, gloo's and the math libraries' buffers), which the "
+        "plan leaves to that term"
     )
+    if "process_peak_mb" in ddp[0]:
+        section["notes"].append(
+            "process peak: ru_maxrss of the whole rank process (interpreter, libraries and all), against "
+            "the plan's estimate with its process term"
+        )
     section["notes"].append(
         f"fsdp over ddp per rank: training state {fsdp[0]['state_mb'] / ddp[0]['state_mb']:.2f}x, "
         f"peak {fsdp[0]['peak_mb'] / ddp[0]['peak_mb']:.2f}x, step time {fsdp[0]['step_s'] / ddp[0]['step_s']:.2f}x"

@@ -25,7 +25,8 @@ else this machine's GPU, or on a CPU this machine's memory shared among the work
 one line naming the estimate, its largest term and what would fit (fsdp, more workers, LoRA,
 gradient checkpointing, fewer rows at a time). Activations are counted per token and layer as 14 x width + 2 x the
 MLP's width values (attention by a fused kernel, which keeps no scores): an estimate whose CPU
-check is `tests/service/test_memory_plan.py` and the benchmark's `fsdp` rows.
+check is the benchmark's `fsdp` rows. The held terms are exact: `tests/service/test_memory_plan.py`
+and `tests/service/test_train_fsdp.py` compare them with the tensors a trainer holds.
 """
 
 from __future__ import annotations

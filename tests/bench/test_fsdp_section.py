@@ -27,8 +27,9 @@ def test_the_fsdp_section_measures_both_strategies_on_each_rank():
     rows = {(row[0], row[1]): row for row in table["rows"]}
     assert set(rows) == {("ddp", 0), ("ddp", 1), ("fsdp", 0), ("fsdp", 1)}
     for strategy, rank in rows:
-        step_ms, state_mb, peak_mb, estimate_mb = rows[(strategy, rank)][2:]
+        step_ms, state_mb, peak_mb, estimate_mb, process_mb, whole_mb = rows[(strategy, rank)][2:]
         assert step_ms > 0 and state_mb > 0 and peak_mb >= 0 and estimate_mb > 0
+        assert process_mb > peak_mb and whole_mb > estimate_mb  # the whole process, and its term
     for rank in (0, 1):  # each rank holds half of each sharded tensor (an even split at world 2)
         assert rows[("fsdp", rank)][3] == pytest.approx(rows[("ddp", rank)][3] / 2, rel=0.05)
     assert section["data"]["world"] == 2 and section["data"]["results"]["ddp"]["params"] > 0

@@ -107,3 +107,35 @@ def test_the_plan_is_in_bytes_of_the_run_shapes():
     plan = estimate(cfg, shape, "fsdp")
     assert [p.name for p in plan.phases] == ["sampling", "reference", "update", "sft"]
     assert plan.peak.total < GIB * 1.5 and plan.capacity is not None
+
+
+def test_the_plans_held_terms_are_the_bytes_a_trainer_holds_after_a_grpo_step():
+    """Weights, gradients, AdamW's moments and the KL reference copy: the plan's terms against the
+    tensors of a real trainer (one process, fp32) after its SFT and first GRPO steps."""
+    from rewards import score_batch
+    from service.config import trainer_config
+    from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
+    from trainer.engine import Trainer
+    from trainer.grpo.reward_source import InlineRewards
+    from trainer.policy.char_tokenizer import CharTokenizer
+    from trainer.strategy.footprint import rank_state_bytes
+
+    cfg = load_config("smoke", overrides=["precision.dtype=fp32", "model.n_layer=2", "model.n_embd=64"])
+    tokenizer = CharTokenizer(CHESS_ALPHABET)
+    held = estimate(cfg, model_shape(cfg, tokenizer.vocab_size)).phases[0].terms
+    trainer = Trainer(trainer_config(cfg), tokenizer)
+    pairs = generate_pairs(16, seed=0, min_plies=1, max_plies=4)
+    trainer.sft_step(pairs[:8])
+    trainer.grpo_step(
+        pairs[8 : 8 + cfg.grpo.prompts_per_step],
+        InlineRewards(lambda c, t: [r.total for r in score_batch(c, t)]),
+    )
+    state = rank_state_bytes(trainer.model, [o.optimizer for o in trainer.optimizers.values()])
+    reference = rank_state_bytes(trainer.ref_model)["params"]
+    assert list(trainer.optimizers) == ["grpo"]  # the SFT moments were freed when GRPO began
+    assert (held["weights (fp32)"], held["gradients"], held["AdamW moments"]) == (
+        state["params"],
+        state["grads"],
+        state["optimizer"],
+    )
+    assert held["KL reference copy"] == reference

@@ -7,7 +7,8 @@ fp32) with the FEN reward in process. Its records are compared within float roun
 sharded gradient norm sums its parts in another order, and clipping carries that into the
 weights: 1e-5 relative), and each rank's parameter + gradient + optimiser bytes
 (`trainer.strategy.footprint`) are measured after the last step: the two fsdp ranks hold one copy
-between them, each about half of a ddp rank's.
+between them, each about half of a ddp rank's, and each rank holds what the memory plan's terms
+(weights, gradients, AdamW's moments) say it holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import torch
 
 from rewards import score_batch
 from service.config import load_config, trainer_config
+from service.memory_plan import estimate
+from service.model_shape import model_shape
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.distributed import gather_json
 from trainer.engine import Trainer
@@ -111,3 +114,17 @@ def test_each_fsdp_worker_holds_half_of_a_ddp_workers_training_state(runs):
         assert fsdp[0][part] + fsdp[1][part] == ddp[0][part], part  # one copy between the two
         for rank in (0, 1):
             assert fsdp[rank][part] == pytest.approx(ddp[0][part] / 2, rel=0.03), (part, rank)
+
+
+def test_each_workers_training_state_is_what_the_memory_plan_holds_for_it(runs):
+    shape = model_shape(SMOKE, CharTokenizer(CHESS_ALPHABET).vocab_size)
+    for strategy in ("ddp", "fsdp"):
+        held = estimate(SMOKE, shape, strategy).phases[0].terms
+        planned = {
+            "params": held["weights (fp32)"],
+            "grads": held["gradients"],
+            "optimizer": held["AdamW moments"],
+        }
+        for rank, measured in enumerate(runs[strategy]["footprints"]):
+            for part, size in planned.items():  # fsdp: dim 0 splits into ceil and floor halves
+                assert measured[part] == pytest.approx(size, rel=0.03), (strategy, rank, part)
