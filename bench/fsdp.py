@@ -63,7 +63,7 @@ def _overrides(plan: FSDPPlan, strategy: str, world: int) -> list[str]:
 
 
 def _rank(rank: int, world: int, rendezvous: str, plan: FSDPPlan, strategy: str, out: str) -> None:
-    from rewards import score_batch
+    from rewards import score_totals
     from service.config import load_config, trainer_config
     from service.scaling_strategy import strategy_config
     from trainer import engine
@@ -94,7 +94,7 @@ def _rank(rank: int, world: int, rendezvous: str, plan: FSDPPlan, strategy: str,
             trainer_config(cfg), CharTokenizer(CHESS_ALPHABET), device, strategy=strategy_config(cfg)
         )
         trainer.sft_step(pairs[: cfg.sft.batch_size])
-        rewards = InlineRewards(lambda c, t: [r.total for r in score_batch(c, t)])
+        rewards = InlineRewards(score_totals)
         n = cfg.grpo.prompts_per_step
         times = []
         for step in range(cfg.grpo.steps):

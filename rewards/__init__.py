@@ -15,6 +15,7 @@ from rewards.fen import (
     default_scorer,
     score,
     score_batch,
+    score_totals,
 )
 from rewards.move import MoveQuality, MoveScorer
 from rewards.registry import (
@@ -77,5 +78,6 @@ __all__ = [
     "resolve_reward",
     "score",
     "score_batch",
+    "score_totals",
     "unregister_reward",
 ]

@@ -186,3 +186,9 @@ def score(completion: Any, target: Any) -> ScoreResult:
 def score_batch(completions: Iterable[Any], targets: Iterable[Any]) -> list[ScoreResult]:
     """Score a batch against target FENs with the default config (memoised fast path)."""
     return default_scorer().score_batch(completions, targets)
+
+
+def score_totals(completions: Iterable[Any], targets: Iterable[Any]) -> list[float]:
+    """The total reward of each completion against its target FEN (the default config): what an
+    in-process reward source hands the trainer."""
+    return [result.total for result in score_batch(completions, targets)]

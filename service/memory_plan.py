@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from service.config_keys import ConfigError
@@ -70,6 +70,7 @@ class MemoryPlan:
     capacity: float | None = None  # bytes of one worker's device; None: not known here
     capacity_from: str = ""
     prompt_tokens: int = 0  # the longest prompt the plan assumed
+    held: dict[str, float] = field(default_factory=dict)  # what a worker keeps through every phase
 
     @property
     def peak(self) -> Phase:
@@ -195,7 +196,7 @@ def estimate(
     if not phases:
         phases.append(Phase("idle", held))
     capacity, where = device_capacity(cfg, workers)
-    return MemoryPlan(strategy, workers, phases, capacity, where, prompt)
+    return MemoryPlan(strategy, workers, phases, capacity, where, prompt, held)
 
 
 def device_capacity(cfg: ServiceConfig, workers: int) -> tuple[float | None, str]:

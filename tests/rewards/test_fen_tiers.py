@@ -50,3 +50,11 @@ def test_a_user_reward_returning_none_skips_the_item(tmp_path, monkeypatch):
     skipped, scored = scorer.score_batch(["x", START], [START, START])
     assert skipped.status == SKIPPED and not skipped.usable and "returned None" in skipped.reason
     assert scored.status == "invalid" and scored.usable
+
+
+def test_score_totals_are_the_totals_of_the_scored_batch():
+    from rewards import score_batch, score_totals
+
+    completions, targets = [AFTER_E4, "x", f"{START} w KQkq - 0 1"], [AFTER_E4] * 3
+    assert score_totals(completions, targets) == [r.total for r in score_batch(completions, targets)]
+    assert score_totals(completions, targets)[0] > score_totals(completions, targets)[1]

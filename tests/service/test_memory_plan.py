@@ -112,7 +112,7 @@ def test_the_plan_is_in_bytes_of_the_run_shapes():
 def test_the_plans_held_terms_are_the_bytes_a_trainer_holds_after_a_grpo_step():
     """Weights, gradients, AdamW's moments and the KL reference copy: the plan's terms against the
     tensors of a real trainer (one process, fp32) after its SFT and first GRPO steps."""
-    from rewards import score_batch
+    from rewards import score_totals
     from service.config import trainer_config
     from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
     from trainer.engine import Trainer
@@ -122,13 +122,13 @@ def test_the_plans_held_terms_are_the_bytes_a_trainer_holds_after_a_grpo_step():
 
     cfg = load_config("smoke", overrides=["precision.dtype=fp32", "model.n_layer=2", "model.n_embd=64"])
     tokenizer = CharTokenizer(CHESS_ALPHABET)
-    held = estimate(cfg, model_shape(cfg, tokenizer.vocab_size)).phases[0].terms
+    held = estimate(cfg, model_shape(cfg, tokenizer.vocab_size)).held
     trainer = Trainer(trainer_config(cfg), tokenizer)
     pairs = generate_pairs(16, seed=0, min_plies=1, max_plies=4)
     trainer.sft_step(pairs[:8])
     trainer.grpo_step(
         pairs[8 : 8 + cfg.grpo.prompts_per_step],
-        InlineRewards(lambda c, t: [r.total for r in score_batch(c, t)]),
+        InlineRewards(score_totals),
     )
     state = rank_state_bytes(trainer.model, [o.optimizer for o in trainer.optimizers.values()])
     reference = rank_state_bytes(trainer.ref_model)["params"]

@@ -19,7 +19,7 @@ import pytest
 import ray
 import torch
 
-from rewards import score_batch
+from rewards import score_totals
 from service.config import load_config, trainer_config
 from service.memory_plan import estimate
 from service.model_shape import model_shape
@@ -36,10 +36,6 @@ SMOKE = load_config("smoke", overrides=["scaling.num_workers=2", "precision.dtyp
 TIMING = {"sample_s", "ref_s", "reward_wait_s", "update_s", "step_time_s", "completions_per_s"}
 
 
-def _fen(completions, targets):
-    return [r.total for r in score_batch(completions, targets)]
-
-
 def smoke_steps(strategy: str, out_path: str) -> None:
     """The smoke preset's SFT and GRPO steps on this rank under `strategy`; rank 0 saves the records
     and every rank's footprint."""
@@ -54,7 +50,7 @@ def smoke_steps(strategy: str, out_path: str) -> None:
     for step in range(cfg.grpo.steps):
         n = cfg.grpo.prompts_per_step
         prompts = pairs[100 + step * n : 100 + (step + 1) * n]
-        records.append(trainer.grpo_step(prompts, InlineRewards(_fen)))
+        records.append(trainer.grpo_step(prompts, InlineRewards(score_totals)))
     footprint = rank_state_bytes(trainer.model, [o.optimizer for o in trainer.optimizers.values()])
     footprints = gather_json(footprint, trainer.device)
     if trainer.rank == 0:
@@ -119,7 +115,7 @@ def test_each_fsdp_worker_holds_half_of_a_ddp_workers_training_state(runs):
 def test_each_workers_training_state_is_what_the_memory_plan_holds_for_it(runs):
     shape = model_shape(SMOKE, CharTokenizer(CHESS_ALPHABET).vocab_size)
     for strategy in ("ddp", "fsdp"):
-        held = estimate(SMOKE, shape, strategy).phases[0].terms
+        held = estimate(SMOKE, shape, strategy).held
         planned = {
             "params": held["weights (fp32)"],
             "grads": held["gradients"],
