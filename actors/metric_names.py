@@ -179,7 +179,27 @@ STEP_METRICS: tuple[Metric, ...] = (
         "last measured cost of scoring on the pool, per item",
         "pool_ms",
     ),
-    _m("pool_workers", "pool", "reward workers of the pool", "workers"),
+    _m("pool_workers", "pool", "reward workers of the pool", "workers", export=True),
+    _m(
+        "pool_seconds_per_item",
+        "pool",
+        "the workers' measured scoring time per item (an autoscaled pool's)",
+        "seconds_per_item",
+    ),
+    _m("pool_roster_version", "pool", "the autoscaled pool's roster the ranks follow", "roster_version"),
+    _m(
+        "pool_resized_from",
+        "pool",
+        "an autoscaled pool's size before the change first run at this step",
+        "resized_from",
+    ),
+    _m(
+        "pool_resized_to",
+        "pool",
+        "an autoscaled pool's size after the change first run at this step",
+        "resized_to",
+    ),
+    _m("pool_resize_step", "pool", "the step whose record decided that change", "resize_step"),
     _m("pool_workers_alive", "pool", "reward workers taking work at the end of the step", "workers_alive"),
     _m(
         "pool_worker_rss_mb_max",

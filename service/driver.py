@@ -28,14 +28,15 @@ import ray
 
 from actors.pool.reward_pool import RewardPool
 from actors.pool.worker_pool import WorkerPool
-from actors.run.control import TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
+from actors.run.control import STEP, TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
 from actors.run.loop import LoopSpec
 from actors.run.omp_env import apply_wait_policy, cluster_wait_policy
 from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
 from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
-from service.preflight.relations import cpus_needed
+from service.pool_resizer import PoolResizer
+from service.preflight.relations import cpus_needed, pool_workers_at_most
 from service.ray_group import own_process_groups
 from service.recorder import RunRecorder
 from service.report import load_plotting, write_html_report, write_report
@@ -64,7 +65,7 @@ def custom_resources_needed(cfg: ServiceConfig) -> dict[str, float]:
     needed: dict[str, float] = {}
     for count, each in (
         (cfg.scaling.num_workers, cfg.scaling.resources_per_worker),
-        (cfg.pool.num_workers, cfg.pool.resources),
+        (pool_workers_at_most(cfg), cfg.pool.resources),
     ):
         for name, amount in each.items():
             needed[name] = needed.get(name, 0.0) + count * amount
@@ -255,6 +256,7 @@ class RunDriver:
         self._scorer: Any = None  # the reward the pool runs, also handed to the ranks (pool.placement)
         self._wait_policy_from: str | None = None  # why OpenMP waits as it does in the trainer workers
         self._worker_env: dict[str, str] = {}  # their environment on a cluster this process joined
+        self._resizer: PoolResizer | None = None  # pool.autoscale's, once the pool is up
 
     def run(self) -> int:
         started_ray, pool, control = False, None, None
@@ -270,6 +272,10 @@ class RunDriver:
             self._scorer = self.task.scorer()
             if self._scorer is not None:
                 pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
+                if (autoscale := self.cfg.pool.autoscale) is not None:
+                    self._resizer = PoolResizer(
+                        pool.workers, control, autoscale, self.recorder.total_steps, self.recorder.print
+                    )
             elif (episodes := self.task.episode_server()) is not None:  # an environment's, on the pool
                 pool = WorkerPool.create(episodes, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)
@@ -284,6 +290,8 @@ class RunDriver:
             self.signals.restore()
             if control is not None:
                 self._drain(control)
+            if self._resizer is not None:
+                self._resizer.close()
             summary = self.recorder.finish(
                 status, error or (self.recorder.error if status == "failed" else None), self._reports
             )
@@ -366,6 +374,8 @@ class RunDriver:
             return
         for kind, record in events:
             self.recorder.handle(kind, record)
+            if kind == STEP and self._resizer is not None:
+                self._resizer.observe(record)
         if events:
             self._written += len(events)
             control.mark_written.remote(self._written)  # a checkpoint waits for this

@@ -19,6 +19,31 @@ from trainer.config_base import Frozen
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
+class AutoscaleConfig(Frozen):
+    """`pool.autoscale`: the pool's size follows the trainer's wait for rewards (`actors.pool.autoscale`)."""
+
+    min_workers: int = Field(1, ge=1, description="fewest reward workers the pool shrinks to")
+    max_workers: int = Field(8, ge=1, description="most reward workers the pool grows to")
+    target_wait_share: float = Field(
+        0.2,
+        gt=0.0,
+        lt=1.0,
+        description="share of a GRPO step spent waiting for rewards the pool aims under: above it the "
+        "pool grows, below half of it with workers to spare it shrinks",
+    )
+    cooldown_steps: int = Field(
+        2,
+        ge=1,
+        description="GRPO steps in a row at the pool's current size that must agree before it changes",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AutoscaleConfig:
+        if self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers ({self.min_workers}) must be <= max_workers ({self.max_workers})")
+        return self
+
+
 class PoolConfig(Frozen):
     """The reward pool: M CPU actors scoring chunks of completions, with deadlines and retries."""
 
@@ -132,6 +157,11 @@ class PoolConfig(Frozen):
         "reward-worker", pattern=NAME_PATTERN, description="actors are named '<name_prefix>-<i>'"
     )
     namespace: str | None = Field(None, pattern=NAME_PATTERN, description="Ray namespace of the named actors")
+    autoscale: AutoscaleConfig | None = Field(
+        None,
+        description="grow and shrink the pool by the trainer's wait for rewards, num_workers being the "
+        "starting size (none: num_workers throughout)",
+    )
 
     @field_validator("resources")
     @classmethod
@@ -154,6 +184,18 @@ class PoolConfig(Frozen):
                 f"item_timeout_s ({self.item_timeout_s:g}) must be < chunk_timeout_s ({self.chunk_timeout_s:g}): "
                 "an item is cut before its call is"
             )
+        if self.autoscale is not None:
+            low, high = self.autoscale.min_workers, self.autoscale.max_workers
+            if not low <= self.num_workers <= high:
+                raise ValueError(
+                    f"num_workers ({self.num_workers}), the autoscaled pool's starting size, must be within "
+                    f"autoscale.min_workers..max_workers ({low}..{high})"
+                )
+            if self.placement == "inline":
+                raise ValueError(
+                    "autoscale sizes the pool by the trainer's wait for it, and placement=inline scores in the "
+                    "trainer's process, never on the pool: use placement=pool or auto"
+                )
         hang_s = max_runs_per_item(self) * self.chunk_timeout_s
         if self.collect_timeout_s < hang_s:
             raise ValueError(

@@ -77,10 +77,11 @@ class RewardPool:
         *,
         run_id: str = "default",
         enforce_error_rate: bool = True,
+        names: Sequence[str] | None = None,
     ) -> RewardPool:
         """A pool client over workers that another process created with the same config
         (`WorkerPool.attach`)."""
-        return cls(WorkerPool.attach(pool, run_id=run_id), enforce_error_rate=enforce_error_rate)
+        return cls(WorkerPool.attach(pool, run_id=run_id, names=names), enforce_error_rate=enforce_error_rate)
 
     # ---- RewardSource -----------------------------------------------------------------------
 

@@ -43,8 +43,17 @@ _pool_ids = itertools.count()
 class WorkerPool:
     """Runs functions over chunks of items on Ray worker actors."""
 
-    def __init__(self, handles: Sequence[Any], cfg: PoolConfig, *, run_id: str, owns_workers: bool):
-        """Wrap existing worker actor handles; prefer `create` or `attach`."""
+    def __init__(
+        self,
+        handles: Sequence[Any],
+        cfg: PoolConfig,
+        *,
+        run_id: str,
+        owns_workers: bool,
+        names: Sequence[str] | None = None,
+    ):
+        """Wrap existing worker actor handles (named `names`, default the first ones of the config);
+        prefer `create` or `attach`."""
         self.cfg = cfg
         self.run_id = run_id
         self.pool_id = next(_pool_ids)
@@ -53,7 +62,8 @@ class WorkerPool:
         self._worker_clock: Callable[[], float] = time.perf_counter
         self.metrics = PoolMetrics(run_id)
         now = time.monotonic()
-        slots = [WorkerSlot(i, worker_name(cfg, i), h, now) for i, h in enumerate(handles)]
+        names = list(names) if names else [worker_name(cfg, i) for i in range(len(handles))]
+        slots = [WorkerSlot(i, name, h, now) for i, (name, h) in enumerate(zip(names, handles, strict=True))]
         self._dispatcher = Dispatcher(slots, cfg, self.metrics, owns_workers)
         self._dispatcher.start()
         self._closed = False
@@ -87,24 +97,30 @@ class WorkerPool:
 
     @classmethod
     def attach(
-        cls, pool: PoolConfig | Mapping[str, Any] | None = None, *, run_id: str = "default"
+        cls,
+        pool: PoolConfig | Mapping[str, Any] | None = None,
+        *,
+        run_id: str = "default",
+        names: Sequence[str] | None = None,
     ) -> WorkerPool:
-        """A pool client over workers that another process created with the same config.
+        """A pool client over workers that another process created with the same config: the
+        first `num_workers` of them, or those `names` lists (an autoscaled pool's roster).
 
         It has its own queue and deadlines; `shutdown` leaves the workers running. A deadline kill
         from one client makes the other clients' calls on that worker fail and be re-dispatched.
         """
         cfg = pool_config(pool)
         _require_ray()
+        names = list(names) if names else [worker_name(cfg, i) for i in range(cfg.num_workers)]
         handles = []
-        for i in range(cfg.num_workers):
+        for name in names:
             try:
-                handles.append(ray.get_actor(worker_name(cfg, i), namespace=cfg.namespace))
+                handles.append(ray.get_actor(name, namespace=cfg.namespace))
             except ValueError as exc:
                 raise RewardPoolUnavailable(
-                    f"no reward worker named {worker_name(cfg, i)!r} (namespace {cfg.namespace!r}): {exc}"
+                    f"no reward worker named {name!r} (namespace {cfg.namespace!r}): {exc}"
                 ) from exc
-        pool_obj = cls(handles, cfg, run_id=run_id, owns_workers=False)
+        pool_obj = cls(handles, cfg, run_id=run_id, owns_workers=False, names=names)
         pool_obj._wait_started()
         return pool_obj
 
@@ -165,6 +181,25 @@ class WorkerPool:
             name = self._dispatcher.slots[-1].name
         self._dispatcher.retire(name)
         return name
+
+    def follow(self, names: Sequence[str]) -> None:
+        """Take the workers `names` lists now (the owner's roster, `pool.autoscale`): attach the ones
+        this pool lacks, then retire the ones not listed (they finish what they hold). Between calls."""
+        current = {s.name for s in self._dispatcher.slots if not s.retiring}
+        index = max((s.index for s in self._dispatcher.slots), default=-1)
+        added = []
+        for name in [n for n in names if n not in current]:
+            try:
+                handle = ray.get_actor(name, namespace=self.cfg.namespace)
+            except ValueError as exc:
+                raise RewardPoolUnavailable(f"no reward worker named {name!r} to follow: {exc}") from exc
+            index += 1
+            added.append(WorkerSlot(index, name, handle, time.monotonic()))
+            self._dispatcher.add(added[-1])
+        if added and (problem := self._start_problem(added)):
+            raise RewardPoolUnavailable(problem)
+        for name in sorted(current - set(names)):
+            self._dispatcher.retire(name)
 
     # ---- calls ------------------------------------------------------------------------------
 

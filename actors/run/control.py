@@ -44,6 +44,17 @@ class RunControl:
         self._published = 0  # events ever published
         self._written = 0  # of those, how many the driver has written to the run directory
         self._metrics = RunMetrics(run_id) if export_metrics else None
+        self._roster: tuple[int, list[str] | None, dict[str, Any] | None] = (0, None, None)
+
+    def set_roster(self, names: list[str], resize: dict[str, Any] | None) -> int:
+        """The reward workers an autoscaled pool has now, and the change that made it so; the
+        roster's version (the ranks follow it at their next GRPO step)."""
+        self._roster = (self._roster[0] + 1, list(names), resize)
+        return self._roster[0]
+
+    def roster(self) -> tuple[int, list[str] | None, dict[str, Any] | None]:
+        """(version, worker names, the resize that made it): version 0 and no names before any resize."""
+        return self._roster
 
     def request_stop(self, reason: str) -> None:
         """Ask the workers to stop after the current step (the first reason is kept)."""

@@ -199,6 +199,7 @@ class WorkerLoop:
             )
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
+        self._roster_version = 0  # of an autoscaled pool's roster (`RunControl.roster`) this rank follows
         self._placed: PlacedRewards | None = None
         self._kept_placement = self._checkpoint[1].get("placement") if self._checkpoint else None
         pool_cfg = spec.pool
@@ -270,11 +271,12 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
+            resized = self._follow_roster() if self.spec.pool.autoscale is not None else {}
             rewards = None if self.trainer.episodes is not None else self.rewards()
             self.trainer.record_groups = self._rollout_groups()
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
             if self._pool is not None:  # a pool serves this run (its rewards or its episodes)
-                metrics.update(self._pool_health(step))
+                metrics.update(self._pool_health(step), **resized)
             metrics.update(self._failure_reasons(metrics))
             if rows := metrics.pop("rollouts", None):
                 self._publish(ROLLOUTS, {"step": step, "rows": rows})
@@ -327,16 +329,45 @@ class WorkerLoop:
         rss = [w["rss_mb"] for w in workers if w.get("rss_mb") is not None]
         if rss:
             health["pool_worker_rss_mb_max"] = round(max(rss), 1)
+        if self.spec.pool.autoscale is not None:  # what the driver sizes the pool by
+            if (cost := pool.stats().get("seconds_per_item")) is not None:
+                health["pool_seconds_per_item"] = cost
+            health["pool_roster_version"] = float(self._roster_version)
         for line in [*pool.take_notices(), *self._rss_watch.observe(step, pool.worker_rss_mb())]:
             self._say(line)
         return health
 
+    def _follow_roster(self) -> dict[str, Any]:
+        """An autoscaled pool: take the workers the driver lists now, before the step's first call
+        (the step's record then names the change on rank 0)."""
+        version, names, resize = ray.get(self.control.roster.remote(), timeout=CONTROL_TIMEOUT_S)
+        if version == self._roster_version:
+            return {}
+        self._roster_version = version
+        self.pool().workers.follow(names)
+        if resize is None or self.rank != 0:
+            return {}
+        return {
+            "pool_resized_from": float(resize["workers_from"]),
+            "pool_resized_to": float(resize["workers_to"]),
+            "pool_resize_step": float(resize["step"]),
+            "pool_resize_why": resize["why"],
+        }
+
     # ------------------------------------------------------------------ pieces
     def pool(self) -> RewardPool:
-        """This worker's front-end to the driver's reward workers (attached on first use)."""
+        """This worker's front-end to the driver's reward workers (attached on first use; an
+        autoscaled pool's as its roster lists them now)."""
         if self._pool is None:
+            names = None
+            if self.spec.pool.autoscale is not None:
+                self._roster_version, names, _ = ray.get(
+                    self.control.roster.remote(), timeout=CONTROL_TIMEOUT_S
+                )
             # The step's rule is applied over every rank's items (`reward_failure`), not per collect.
-            self._pool = RewardPool.attach(self.spec.pool, run_id=self.spec.run_id, enforce_error_rate=False)
+            self._pool = RewardPool.attach(
+                self.spec.pool, run_id=self.spec.run_id, enforce_error_rate=False, names=names
+            )
         return self._pool
 
     def rewards(self) -> RewardPool | PlacedRewards:

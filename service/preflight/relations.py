@@ -12,12 +12,36 @@ from typing import Any
 
 
 def cpus_needed(cfg: Any) -> float:
-    """Logical CPUs the run reserves: its trainer workers, its reward workers and its sampler actors."""
+    """Logical CPUs the run reserves: its trainer workers, its reward workers (as many as an
+    autoscaled pool may grow to) and its sampler actors."""
     return (
         cfg.scaling.num_workers * cfg.scaling.cpus_per_worker
-        + cfg.pool.num_workers * cfg.pool.cpus_per_worker
+        + pool_workers_at_most(cfg) * cfg.pool.cpus_per_worker
         + sampler_actors(cfg) * cfg.sampling.actors.cpus_per_actor
     )
+
+
+def pool_workers_at_most(cfg: Any) -> int:
+    """The most reward workers the run's pool has at once."""
+    autoscale = cfg.pool.autoscale
+    return cfg.pool.num_workers if autoscale is None else autoscale.max_workers
+
+
+def autoscale_problem(cfg: Any) -> str | None:
+    """`pool.autoscale` sizes a pool that scores the ranks' rewards, which follow its roster."""
+    if cfg.pool.autoscale is None:
+        return None
+    if cfg.task.name == "env":
+        return (
+            "pool.autoscale sizes the pool by the trainer's wait for rewards; an environment task's pool "
+            "plays episodes, and keeps pool.num_workers: leave pool.autoscale unset"
+        )
+    if cfg.sampling.placement == "actors":
+        return (
+            "pool.autoscale with sampling.placement=actors: the sampler actors score on a pool of fixed "
+            "size; use sampling.placement=trainer or leave pool.autoscale unset"
+        )
+    return None
 
 
 def sampler_actors(cfg: Any) -> int:
@@ -42,7 +66,7 @@ def num_cpus_problem(cfg: Any) -> str | None:
         return (
             f"run.num_cpus: {cfg.run.num_cpus} is below the {need} CPUs the run reserves "
             f"(scaling: {cfg.scaling.num_workers} x {cfg.scaling.cpus_per_worker:g}, "
-            f"pool: {cfg.pool.num_workers} x {cfg.pool.cpus_per_worker:g}"
+            f"pool: {pool_workers_at_most(cfg)} x {cfg.pool.cpus_per_worker:g}"
             + (
                 f", sampling.actors: {sampler_actors(cfg)} x {cfg.sampling.actors.cpus_per_actor:g}"
                 if sampler_actors(cfg)
@@ -92,7 +116,7 @@ def relation_problems(cfg: Any, *, driver: bool) -> list[str]:
     """Every relation that fails. `driver`: checked where the run's driver runs, so its storage is
     checked there, and a GPU request too when no cluster is given (its own Ray starts here); the
     client checks what the config alone decides."""
-    problems = [num_cpus_problem(cfg), sampler_actors_problem(cfg)]
+    problems = [num_cpus_problem(cfg), sampler_actors_problem(cfg), autoscale_problem(cfg)]
     if driver:
         problems += [
             gpu_problem(cfg) if not os.environ.get("RAY_ADDRESS") else None,

@@ -1,0 +1,107 @@
+"""The driver's side of `pool.autoscale`: it reads each step record, and grows or shrinks the pool
+it owns as `actors.pool.autoscale.PoolSizer` decides.
+
+    resizer = PoolResizer(pool, control, cfg.pool.autoscale, total_steps, say=recorder.print)
+    resizer.observe(row)     # every metrics.jsonl row the driver drains
+    resizer.close()          # at the end of the run: waits for a resize under way
+
+A change runs in a thread of its own, so the driver keeps writing records while workers start.
+Growing starts the workers and waits until they answer before the ranks hear of them; shrinking
+first takes workers off the roster the ranks follow (`RunControl.roster`) and kills them only once
+a step record says the ranks follow a roster without them: no call is ever sent to a worker being
+removed, so no item is lost and none is scored twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+
+from actors.pool.autoscale import PoolSizer, Resize
+from actors.pool.config import AutoscaleConfig
+from actors.pool.errors import RewardPoolUnavailable
+from actors.pool.worker_pool import WorkerPool
+
+
+class PoolResizer:
+    """Applies the size rule to the pool this driver created."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        control: Any,
+        cfg: AutoscaleConfig,
+        total_steps: int,
+        say: Callable[[str], None],
+    ):
+        self._pool = pool
+        self._control = control
+        self._sizer = PoolSizer(cfg, workers=pool.num_workers, total_steps=total_steps)
+        self._say = say
+        self._roster = pool.worker_names()
+        self._leaving: dict[int, list[str]] = {}  # roster version -> workers to kill once the ranks follow it
+        self._lock = threading.Lock()  # over _leaving: the resize thread adds, the driver's thread takes
+        self._thread: threading.Thread | None = None
+        self.changes: list[Resize] = []
+
+    def observe(self, row: Mapping[str, Any]) -> None:
+        """One drained step record: kill the workers the ranks have left, then maybe resize."""
+        followed = int(row.get("pool_roster_version", 0))
+        with self._lock:
+            left = [self._leaving.pop(v) for v in sorted(self._leaving) if v <= followed]
+        for name in (name for names in left for name in names):
+            self._pool.remove_worker(name)
+        if self._thread is not None and self._thread.is_alive():
+            return  # one change at a time; the rows until it lands are of the old size anyway
+        resize = self._sizer.observe(row)
+        if resize is not None:
+            self._thread = threading.Thread(
+                target=self._apply, args=(resize,), name="pool-resize", daemon=True
+            )
+            self._thread.start()
+
+    def _apply(self, resize: Resize) -> None:
+        self._say(
+            f"[pool] after step {resize.step}: {resize.workers_from} -> {resize.workers_to} reward workers: {resize.why}"
+        )
+        record = {"step": resize.step, "workers_from": resize.workers_from, "why": resize.why}
+        if resize.workers_to > resize.workers_from:
+            self._grow(resize, record)
+        else:
+            self._shrink(resize, record)
+
+    def _grow(self, resize: Resize, record: dict[str, Any]) -> None:
+        setup_s = None
+        try:
+            for _ in range(resize.workers_to - resize.workers_from):
+                began = time.monotonic()
+                self._roster.append(self._pool.add_worker())
+                setup_s = time.monotonic() - began
+        except RewardPoolUnavailable as exc:  # the cluster has no room now: keep what started
+            self._say(f"[pool] could not add a reward worker: {exc}")
+        self._publish(record, setup_s)
+
+    def _shrink(self, resize: Resize, record: dict[str, Any]) -> None:
+        leaving = self._roster[resize.workers_to :]
+        self._roster = self._roster[: resize.workers_to]
+        with self._lock:  # taken before a row can say the ranks follow the new roster
+            version = self._publish(record, None)
+            self._leaving[version] = leaving
+
+    def _publish(self, record: dict[str, Any], setup_s: float | None) -> int:
+        workers = len(self._roster)
+        version = ray.get(
+            self._control.set_roster.remote(list(self._roster), {**record, "workers_to": workers})
+        )
+        self._sizer.resized(workers, setup_s)
+        self.changes.append(Resize(record["step"], record["workers_from"], workers, record["why"]))
+        return version
+
+    def close(self) -> None:
+        """Wait for a change under way (its workers are the pool's, shut down with it)."""
+        if self._thread is not None:
+            self._thread.join()
