@@ -35,7 +35,7 @@ from service.config import ConfigError, ServiceConfig, prompt_format, trainer_co
 from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
-from service.pool_resizer import PoolResizer
+from service.pool_resizer import PoolResizer, starting_pool
 from service.preflight.relations import cpus_needed, pool_workers_at_most
 from service.ray_group import own_process_groups
 from service.recorder import RunRecorder
@@ -270,6 +270,12 @@ class RunDriver:
             self.signals.install()  # after ray.init, which installs handlers of its own
             control = start_run_control(str(self.cfg.run.name))
             self._scorer = self.task.scorer()
+            pool_cfg, sized_at = starting_pool(self.cfg.pool, checkpoint_root(self.cfg))
+            if sized_at is not None:  # a resumed autoscaled pool: the ranks attach as many workers
+                self.cfg = self.cfg.model_copy(update={"pool": pool_cfg})
+                self.recorder.print(
+                    f"[pool] {pool_cfg.num_workers} reward workers: the pool's size at step {sized_at}"
+                )
             if self._scorer is not None:
                 pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
                 if (autoscale := self.cfg.pool.autoscale) is not None:

@@ -14,17 +14,20 @@ removed, so no item is lost and none is scored twice.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from actors.pool.autoscale import PoolSizer, Resize
-from actors.pool.config import AutoscaleConfig
+from actors.pool.config import AutoscaleConfig, PoolConfig
 from actors.pool.errors import RewardPoolUnavailable
 from actors.pool.worker_pool import WorkerPool
+from trainer.checkpoint import list_checkpoints
 
 
 class PoolResizer:
@@ -105,3 +108,18 @@ class PoolResizer:
         """Wait for a change under way (its workers are the pool's, shut down with it)."""
         if self._thread is not None:
             self._thread.join()
+
+
+def starting_pool(cfg: PoolConfig, checkpoints: Path) -> tuple[PoolConfig, int | None]:
+    """The pool a run starts with: an autoscaled pool resumed at the size its newest checkpoint
+    recorded (and that step), else `cfg` as configured (and None)."""
+    if cfg.autoscale is None:
+        return cfg, None
+    for step, path in list_checkpoints(checkpoints)[:1]:
+        try:
+            workers = json.loads((path / "extra.json").read_text())["pool_workers"]
+        except (OSError, ValueError, KeyError, TypeError):  # written before autoscale, or unreadable
+            return cfg, None
+        if isinstance(workers, int) and cfg.autoscale.min_workers <= workers <= cfg.autoscale.max_workers:
+            return cfg.model_copy(update={"num_workers": workers}), step
+    return cfg, None

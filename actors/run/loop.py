@@ -457,6 +457,8 @@ class WorkerLoop:
         extra = {"step": step, "run_id": self.spec.run_id, "world_size": self.world, "runtime": self.runtime}
         if self._placed is not None:
             extra["placement"] = self._placed.state_dict()
+        if self.spec.pool.autoscale is not None and self._pool is not None:  # a resumed run starts at it
+            extra["pool_workers"] = self._pool.workers.num_workers
         self._writer.write(step, state, extra, metrics)
         self._publish(CHECKPOINT, {"step": step, "name": step_dir_name(step)})
 

@@ -128,6 +128,27 @@ def curves_section(run_dir: Path) -> str:
     return f'<h2>Curves</h2><img class="curves" alt="training curves" src="data:image/png;base64,{data}">'
 
 
+def pool_section(metrics: Sequence[Mapping[str, Any]]) -> str:
+    """An autoscaled pool's changes (`pool.autoscale`): each one, with the steps it ran for."""
+    changes = [r for r in metrics if "pool_resized_to" in r]
+    if not changes:
+        return ""
+    last = metrics[-1]["step"]
+    ends = [c["step"] - 1 for c in changes[1:]] + [last]
+    rows = [
+        "<tr>"
+        + _cell("decided_after", esc(int(c["pool_resize_step"])), True)
+        + _cell("steps", f"{esc(c['step'])}-{esc(end)}")
+        + _cell("workers_from", esc(int(c["pool_resized_from"])), True)
+        + _cell("workers_to", esc(int(c["pool_resized_to"])), True)
+        + _cell("why", esc(c.get("pool_resize_why", "")))
+        + "</tr>"
+        for c, end in zip(changes, ends, strict=True)
+    ]
+    headers = ("decided after step", "steps at that size", "workers from", "workers to", "why")
+    return "<h2>Reward pool size</h2>" + _table(headers, rows, "pool")
+
+
 def by_length_section(evals: Sequence[Mapping[str, Any]], task: str = GAME_TASK) -> str:
     """The held-out figures by game length (plies) of the first and the last evaluation; nothing
     for a task whose prompts are not move lists."""
@@ -269,6 +290,7 @@ def render_html(run_dir: str | Path, title: str | None = None) -> str:
         outcome_section(summary, metrics),
         evaluations_section(evals),
         curves_section(run_dir),
+        pool_section(metrics),
         by_length_section(evals, _task_name(run_dir)),
         samples_section(evals),
         rollouts_section(read_jsonl(run_dir / ROLLOUTS_FILE)),

@@ -66,6 +66,16 @@ def test_a_pool_too_small_for_a_slow_reward_grows_and_scores_what_a_fixed_pool_s
     assert said and "1 -> " in said[0] and "reward workers: wait share" in said[0], out[-3000:]
     assert _rewards(rows) == _rewards(fixed)  # the same rewards, whichever workers scored them
 
+    # resumed to train longer, the pool starts at the size its last checkpoint recorded
+    result = run_train(
+        "--run-dir", str(tmp_path / "grow"), "--resume", sets=("grpo.steps=16",),
+        env=child_env(GRPO_EXAMPLE_SLOW_S="0.01"),
+    )  # fmt: skip
+    assert_ran(result)
+    assert "[pool] 3 reward workers: the pool's size at step 20" in result.stdout, result.stdout[-3000:]
+    more = [json.loads(line) for line in (tmp_path / "grow" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["pool_workers"] for r in more if r["step"] > 20] == [3.0, 3.0]
+
 
 def test_a_pool_too_large_for_a_cheap_reward_shrinks_to_min_workers_through_ray_train(tmp_path, fixed):
     rows, out = _run(

@@ -11,7 +11,7 @@ from actors.run.control import EVAL, START, STEP
 from service.recorder import RunRecorder
 from service.report import write_html_report, write_report
 from service.report.boards import figures_by_length, plies_of
-from service.report.html import fmt, pct, render_html, rollouts_section, samples_section
+from service.report.html import fmt, pct, pool_section, render_html, rollouts_section, samples_section
 from service.report.timing import step_time_split
 from service.run_files import read_jsonl
 from trainer.schedule import Schedule
@@ -174,3 +174,19 @@ def test_training_completions_show_the_columns_rewards_logged():
     assert "<th>in loss</th><th>expected</th>" in page  # TRL's log_extra columns after the others
     assert '<td data-field="log_extra"><code>&lt;ba&gt;</code></td>' in page
     assert '<td data-field="log_extra">-</td>' in page  # the row it was not logged for
+
+
+def test_an_autoscaled_pools_changes_are_a_table_of_the_steps_each_size_ran_for():
+    rows = [{"step": s, "phase": "grpo", "pool_workers": 1.0} for s in range(7, 10)]
+    rows += [
+        {"step": 10, "phase": "grpo", "pool_workers": 3.0, "pool_resized_from": 1.0, "pool_resized_to": 3.0,
+         "pool_resize_step": 8.0, "pool_resize_why": "wait share 0.85 above 0.2 (3 wanted by the measured cost)"},
+        {"step": 11, "phase": "grpo", "pool_workers": 3.0},
+        {"step": 12, "phase": "grpo", "pool_workers": 2.0, "pool_resized_from": 3.0, "pool_resized_to": 2.0,
+         "pool_resize_step": 11.0, "pool_resize_why": "wait share 0.01 below 0.1 (2 wanted by the measured cost)"},
+    ]  # fmt: skip
+    section = pool_section(rows)
+    assert section.count("<tr>") == 3  # the header and the two changes
+    assert '<td data-field="steps">10-11</td>' in section and '<td data-field="steps">12-12</td>' in section
+    assert "above 0.2" in section and "below 0.1" in section
+    assert pool_section(rows[:3]) == ""  # a pool of fixed size: no section

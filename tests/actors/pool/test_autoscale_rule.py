@@ -3,6 +3,8 @@ config it refuses."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -116,3 +118,19 @@ def test_an_autoscale_config_that_cannot_work_is_refused(pool, says):
     with pytest.raises(ValidationError, match=None) as caught:
         PoolConfig.model_validate(pool)
     assert says in str(caught.value)
+
+
+def test_a_resumed_autoscaled_pool_starts_at_the_size_its_newest_checkpoint_recorded(tmp_path):
+    from service.pool_resizer import starting_pool
+
+    cfg = PoolConfig(num_workers=1, autoscale={"min_workers": 1, "max_workers": 4})
+    assert starting_pool(cfg, tmp_path) == (cfg, None)  # nothing to resume
+    for step, workers in ((4, 2), (8, 3)):
+        (tmp_path / f"step_{step:06d}").mkdir()
+        (tmp_path / f"step_{step:06d}" / "extra.json").write_text(json.dumps({"pool_workers": workers}))
+    resumed, at = starting_pool(cfg, tmp_path)
+    assert (resumed.num_workers, at) == (3, 8)
+    fixed = PoolConfig(num_workers=2)
+    assert starting_pool(fixed, tmp_path) == (fixed, None)  # a fixed pool keeps its configured size
+    narrower = PoolConfig(num_workers=1, autoscale={"min_workers": 1, "max_workers": 2})
+    assert starting_pool(narrower, tmp_path) == (narrower, None)  # 3 is outside the new bounds
