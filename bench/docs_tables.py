@@ -38,6 +38,7 @@ SECTIONS = (
     "env",
     "fsdp",
     "async",
+    "autoscale",
     "gpu_steps",
 )
 # The README's headline: the GRPO step against the peer, then what each other part costs.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench.async_sampling import AsyncPlan
+from bench.autoscale import AutoscalePlan
 from bench.cost_curve import CostCurvePlan
 from bench.episodes import EnvPlan
 from bench.fsdp import FSDPPlan
@@ -20,7 +21,7 @@ from bench.train_step import TrainStepPlan
 
 SECTIONS = ("reward", "sampling", "train_step", "grpo", "hf", "reward-cost", "sandbox")
 # run only when asked for by name (`--sections peer`)
-OPTIONAL_SECTIONS = ("peer", "cost-curve", "env", "fsdp", "async")
+OPTIONAL_SECTIONS = ("peer", "cost-curve", "env", "fsdp", "async", "autoscale")
 
 
 def worker_counts(max_workers: int = 8) -> tuple[int, ...]:
@@ -43,6 +44,7 @@ class BenchPlan:
     env: EnvPlan = field(default_factory=EnvPlan)
     fsdp: FSDPPlan = field(default_factory=FSDPPlan)
     async_sampling: AsyncPlan = field(default_factory=AsyncPlan)
+    autoscale: AutoscalePlan = field(default_factory=AutoscalePlan)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -76,6 +78,7 @@ def quick_plan() -> BenchPlan:
         sandbox=SandboxPlan(executions=100, slow_executions=20, rounds=3),
         fsdp=FSDPPlan(steps=2),
         async_sampling=AsyncPlan(steps=4, rounds=1),
+        autoscale=AutoscalePlan(steps=24, rounds=1),
     )
 
 
@@ -91,4 +94,5 @@ def full_plan() -> BenchPlan:
         peer=PeerPlan(rounds=3, peer_steps=12),
         fsdp=FSDPPlan(steps=5),
         async_sampling=AsyncPlan(steps=12, rounds=3),
+        autoscale=AutoscalePlan(steps=48, rounds=2),
     )

@@ -43,7 +43,28 @@ def _cost_curve(section: dict[str, Any], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-KINDS = {"cost_curve": _cost_curve}
+def _autoscale(section: dict[str, Any], path: Path, title: str) -> None:
+    """Two panels over the GRPO steps of each variant's first round: the pool's size, the step time."""
+    runs = {name: rounds[0] for name, rounds in section["data"]["steps"].items() if rounds}
+    fig, (size, step) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, records in runs.items():
+        xs = list(range(1, len(records) + 1))
+        size.step(xs, [r["pool_workers"] for r in records], where="post", label=name)
+        step.plot(xs, [r["step_time_s"] for r in records], label=name)
+    size.set_ylabel("reward workers", fontsize=8)
+    size.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    step.set_ylabel("seconds per step", fontsize=8)
+    step.set_xlabel("GRPO step", fontsize=8)
+    for ax in (size, step):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+KINDS = {"cost_curve": _cost_curve, "autoscale": _autoscale}
 
 
 def write_figures(result: dict[str, Any], out: Path) -> list[Path]:

@@ -12,6 +12,9 @@ from bench.assemble import bench_result, run_section
 from bench.async_sampling import HEADLINE as ASYNC_HEADLINE
 from bench.async_sampling import TITLE as ASYNC_TITLE
 from bench.async_sampling import bench_async
+from bench.autoscale import HEADLINE as AUTOSCALE_HEADLINE
+from bench.autoscale import TITLE as AUTOSCALE_TITLE
+from bench.autoscale import bench_autoscale
 from bench.cost_curve import HEADLINE as CURVE_HEADLINE
 from bench.cost_curve import TITLE as CURVE_TITLE
 from bench.cost_curve import bench_cost_curve
@@ -62,6 +65,7 @@ _SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[BenchPlan
     "env": ((ENV_TITLE,), ENV_HEADLINE, lambda p: bench_env(p.env)),
     "fsdp": ((FSDP_TITLE,), FSDP_HEADLINE, lambda p: bench_fsdp(p.fsdp)),
     "async": ((ASYNC_TITLE,), ASYNC_HEADLINE, lambda p: bench_async(p.async_sampling)),
+    "autoscale": ((AUTOSCALE_TITLE,), AUTOSCALE_HEADLINE, lambda p: bench_autoscale(p.autoscale)),
 }
 
 

@@ -35,7 +35,7 @@ from service.config import ConfigError, ServiceConfig, prompt_format, trainer_co
 from service.console import Console, Verbosity, is_terminal, make_console
 from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
 from service.loggers import open_loggers
-from service.pool_resizer import PoolResizer, starting_pool
+from service.pool_resizer import PoolResizer, cluster_demand, starting_pool
 from service.preflight.relations import cpus_needed, pool_workers_at_most
 from service.ray_group import own_process_groups
 from service.recorder import RunRecorder
@@ -280,8 +280,9 @@ class RunDriver:
                 pool = RewardPool.create(self._scorer, self.cfg.pool, run_id=str(self.cfg.run.name))
                 if (autoscale := self.cfg.pool.autoscale) is not None:
                     self._resizer = PoolResizer(
-                        pool.workers, control, autoscale, self.recorder.total_steps, self.recorder.print
-                    )
+                        pool.workers, control, autoscale, self.recorder.total_steps, self.recorder.print,
+                        demand=cluster_demand(self.cfg.scaling, self.cfg.pool),
+                    )  # fmt: skip
             elif (episodes := self.task.episode_server()) is not None:  # an environment's, on the pool
                 pool = WorkerPool.create(episodes, self.cfg.pool, run_id=str(self.cfg.run.name))
             status, error = self._train(control)

@@ -3,7 +3,7 @@ it owns as `actors.pool.autoscale.PoolSizer` decides.
 
     resizer = PoolResizer(pool, control, cfg.pool.autoscale, total_steps, say=recorder.print)
     resizer.observe(row)     # every metrics.jsonl row the driver drains
-    resizer.close()          # at the end of the run: waits for a resize under way
+    resizer.close()          # at the end of the run, before the pool shuts down
 
 A change runs in a thread of its own, so the driver keeps writing records while workers start.
 Growing starts the workers and waits until they answer before the ranks hear of them; shrinking
@@ -40,15 +40,18 @@ class PoolResizer:
         cfg: AutoscaleConfig,
         total_steps: int,
         say: Callable[[str], None],
+        demand: Callable[[int], None] | None = None,
     ):
         self._pool = pool
         self._control = control
+        self._demand = demand  # asks the cluster for room for so many reward workers
         self._sizer = PoolSizer(cfg, workers=pool.num_workers, total_steps=total_steps)
         self._say = say
         self._roster = pool.worker_names()
         self._leaving: dict[int, list[str]] = {}  # roster version -> workers to kill once the ranks follow it
         self._lock = threading.Lock()  # over _leaving: the resize thread adds, the driver's thread takes
         self._thread: threading.Thread | None = None
+        self._closing = False
         self.changes: list[Resize] = []
 
     def observe(self, row: Mapping[str, Any]) -> None:
@@ -68,6 +71,13 @@ class PoolResizer:
             self._thread.start()
 
     def _apply(self, resize: Resize) -> None:
+        try:
+            self._change(resize)
+        except Exception as exc:  # the run is ending (the pool or the control actor gone), or Ray failed
+            if not self._closing:
+                self._say(f"[pool] the change after step {resize.step} failed: {type(exc).__name__}: {exc}")
+
+    def _change(self, resize: Resize) -> None:
         self._say(
             f"[pool] after step {resize.step}: {resize.workers_from} -> {resize.workers_to} reward workers: {resize.why}"
         )
@@ -79,6 +89,7 @@ class PoolResizer:
 
     def _grow(self, resize: Resize, record: dict[str, Any]) -> None:
         setup_s = None
+        self._ask(resize.workers_to)  # an autoscaling cluster starts nodes while the workers wait for them
         try:
             for _ in range(resize.workers_to - resize.workers_from):
                 began = time.monotonic()
@@ -94,6 +105,7 @@ class PoolResizer:
         with self._lock:  # taken before a row can say the ranks follow the new roster
             version = self._publish(record, None)
             self._leaving[version] = leaving
+        self._ask(resize.workers_to)  # the nodes the leaving workers free can go
 
     def _publish(self, record: dict[str, Any], setup_s: float | None) -> int:
         workers = len(self._roster)
@@ -104,10 +116,42 @@ class PoolResizer:
         self.changes.append(Resize(record["step"], record["workers_from"], workers, record["why"]))
         return version
 
+    def _ask(self, workers: int) -> None:
+        if self._demand is None:
+            return
+        try:
+            self._demand(workers)
+        except Exception as exc:  # a hint to an autoscaler: the pool goes on with the nodes there are
+            self._say(f"[pool] could not ask the cluster for room: {type(exc).__name__}: {exc}")
+            self._demand = None
+
     def close(self) -> None:
-        """Wait for a change under way (its workers are the pool's, shut down with it)."""
-        if self._thread is not None:
-            self._thread.join()
+        """The run is ending: take back what it asked of the cluster. A growth still waiting for room
+        ends when the pool shuts down (its new worker with it)."""
+        self._closing = True
+        self._ask(0)
+
+
+def cluster_demand(scaling: Any, pool: PoolConfig) -> Callable[[int], None]:
+    """What `PoolResizer` asks the cluster for: room for the trainer workers and `n` reward workers
+    at once (`ray.autoscaler.sdk.request_resources`, honoured by KubeRay's and the cluster launcher's
+    autoscaler; 0 takes the request back). A cluster without an autoscaler keeps what it has."""
+    from ray.autoscaler.sdk import request_resources
+
+    trainer = {"CPU": scaling.cpus_per_worker, **dict(scaling.resources_per_worker)}
+    if scaling.use_gpu:
+        trainer["GPU"] = scaling.gpus_per_worker
+    worker = {"CPU": pool.cpus_per_worker, **dict(pool.resources)}
+
+    def demand(n: int) -> None:
+        if n == 0:
+            request_resources(bundles=[])
+            return
+        bundles = [trainer] * scaling.num_workers + [worker] * n
+        selectors = [dict(scaling.label_selector)] * scaling.num_workers + [dict(pool.label_selector)] * n
+        request_resources(bundles=bundles, bundle_label_selectors=selectors)
+
+    return demand
 
 
 def starting_pool(cfg: PoolConfig, checkpoints: Path) -> tuple[PoolConfig, int | None]:

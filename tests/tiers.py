@@ -33,6 +33,7 @@ MODULE_TIERS: dict[str, str] = {
     "faults/test_faults_storage.py": "faults",
     "faults/test_faults_workers.py": "faults",
     "faults/test_faults_episodes.py": "faults",
+    "faults/test_faults_pool_autoscale.py": "faults",
     "faults/test_faults_memory.py": "soak",
     "actors/pool/test_move_pool.py": "ray",
     "actors/pool/test_placement.py": "ray",

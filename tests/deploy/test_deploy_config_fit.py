@@ -174,3 +174,35 @@ def test_client_gives_runs_the_same_stop_grace_as_the_deploy_files():
     (job,) = documents_of_kind("RayJob")
     deploy_value = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
     assert int(deploy_value) == STOP_WAIT_S
+
+
+@pytest.mark.parametrize("spec_of", ["RayJob", "RayCluster"])
+def test_the_reward_group_autoscales_with_the_token_and_the_gpu_group_keeps_its_size(spec_of):
+    (doc,) = documents_of_kind(spec_of)
+    spec = doc["spec"]["rayClusterSpec"] if spec_of == "RayJob" else doc["spec"]
+    assert spec.get("enableInTreeAutoscaling") is True
+    env = {e["name"]: e for e in spec["autoscalerOptions"]["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "grpo-ray-auth",
+        "key": "auth_token",
+    }
+    groups = _groups(spec)
+    reward, gpu = groups["cpu-reward"], groups["gpu-4090"]
+    assert reward["minReplicas"] <= reward["replicas"] < reward["maxReplicas"]
+    assert gpu["minReplicas"] == gpu["replicas"] == gpu["maxReplicas"]
+
+
+def test_the_autoscaled_pool_fits_the_reward_group_from_its_start_to_its_most():
+    job = _rayjob()
+    config = _resolve(job["spec"]["entrypoint"])
+    autoscale = config.pool.autoscale
+    assert autoscale is not None, "the RayJob's run sizes its pool"
+    spec = job["spec"]["rayClusterSpec"]
+    group = _groups(spec)["cpu-reward"]
+    per_pod = min(
+        _offered(spec, config.pool.resources)["cpu-reward"], group_cpus(group) // config.pool.cpus_per_worker
+    )
+    assert config.pool.num_workers <= per_pod * group["replicas"], "the starting pool fits the first pods"
+    assert autoscale.max_workers <= per_pod * group["maxReplicas"], "the largest pool fits the most pods"
+    assert autoscale.min_workers <= per_pod * group["minReplicas"]

@@ -1,0 +1,181 @@
+"""Section `autoscale` (`--sections autoscale`): fixed pools of 1, 2 and 4 workers against the
+autoscaled pool, over a run whose reward cost changes.
+
+Each variant is a whole run of `python -m service.train` (the `smoke` preset's shape, more GRPO
+steps, `run.backend=local`, rewards on the pool, fp32), in a process of its own that starts its own
+Ray. The reward is `bench.paced_reward:paced`, whose cost per item this section sets as the run's
+GRPO steps pass (`AutoscalePlan.costs_ms`: cheap, then dear, then cheap again), so every variant
+meets the same cost at the same step. Variants alternate within rounds (reversed order every other
+round). Per variant: the GRPO steps' total time, their median step time and wait share
+(`reward_wait_s / step_time_s`), and the pool's size over the steps; a figure beside bench.md plots
+the pool's size and the step time over the steps.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.results import add_table, new_section
+from bench.timing import median
+
+TITLE = "14. A pool that sizes itself: fixed pools against pool.autoscale as the reward's cost changes"
+HEADLINE: tuple[str, ...] = ()
+FIGURE = "autoscale.png"
+REPO = Path(__file__).resolve().parents[1]
+COMMON = (
+    "run.backend=local",
+    "pool.placement=pool",
+    "precision.dtype=fp32",
+    "reward.user=[{fn: 'bench.paced_reward:paced'}]",
+)
+AUTOSCALED = "autoscaled 1..4"
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "fixed 1": ("pool.num_workers=1",),
+    "fixed 2": ("pool.num_workers=2",),
+    "fixed 4": ("pool.num_workers=4",),
+    AUTOSCALED: (
+        "pool.num_workers=1",
+        "pool.autoscale={min_workers: 1, max_workers: 4, target_wait_share: 0.2, cooldown_steps: 2}",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AutoscalePlan:
+    preset: str = "smoke"
+    steps: int = 36  # GRPO steps of each run
+    # (the share of the GRPO steps it lasts to, milliseconds per item): the reward's cost over the run
+    costs_ms: tuple[tuple[float, float], ...] = ((0.25, 0.5), (0.75, 10.0), (1.0, 0.5))
+    rounds: int = 1
+    timeout_s: float = 900.0
+
+    def cost_s(self, grpo_step: int) -> float:
+        """Seconds per item at GRPO step `grpo_step` (1-based)."""
+        for until, ms in self.costs_ms:
+            if grpo_step <= until * self.steps:
+                return ms / 1000.0
+        return self.costs_ms[-1][1] / 1000.0
+
+
+def overrides(plan: AutoscalePlan, variant: str) -> list[str]:
+    steps = (
+        f"grpo.steps={plan.steps}",
+        f"grpo.eval_every={plan.steps}",
+        f"checkpoint.every_steps={plan.steps}",
+    )
+    return [*COMMON, *steps, *VARIANTS[variant]]
+
+
+def _pace(plan: AutoscalePlan, metrics: Path, cost_file: Path, done: threading.Event) -> None:
+    """Write the cost of the coming GRPO step as the run records its steps."""
+    from service.run_files import read_jsonl
+
+    written = None
+    while not done.is_set():
+        grpo = sum(1 for r in read_jsonl(metrics) if r.get("phase") == "grpo") if metrics.exists() else 0
+        cost = plan.cost_s(grpo + 1)
+        if cost != written:
+            tmp = cost_file.with_suffix(".tmp")
+            tmp.write_text(repr(cost))
+            tmp.replace(cost_file)
+            written = cost
+        done.wait(0.01)
+
+
+def run_variant(plan: AutoscalePlan, variant: str, run_dir: Path) -> list[dict[str, Any]]:
+    """One whole run of `variant`; its GRPO steps' records."""
+    argv = [sys.executable, "-m", "service.train", "--preset", plan.preset, "--run-dir", str(run_dir)]
+    argv += [word for value in overrides(plan, variant) for word in ("--set", value)]
+    cost_file = run_dir.parent / f"{run_dir.name}.cost"
+    cost_file.write_text(repr(plan.cost_s(1)))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
+    env["GRPO_BENCH_COST_FILE"] = str(cost_file)  # its workers inherit it
+    done = threading.Event()
+    pacer = threading.Thread(
+        target=_pace, args=(plan, run_dir / "metrics.jsonl", cost_file, done), daemon=True
+    )
+    pacer.start()
+    try:
+        proc = subprocess.run(
+            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=plan.timeout_s, check=False
+        )
+    finally:
+        done.set()
+        pacer.join()
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the {variant!r} run failed (exit {proc.returncode}): {tail}")
+    from service.run_files import read_jsonl
+
+    grpo = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("phase") == "grpo"]
+    if len(grpo) != plan.steps:
+        raise RuntimeError(f"the {variant!r} run recorded {len(grpo)} GRPO steps of {plan.steps}")
+    return grpo
+
+
+def _row(variant: str, runs: list[list[dict[str, Any]]]) -> list[Any]:
+    records = [r for run in runs for r in run]
+    total = median([sum(r["step_time_s"] for r in run) for run in runs])
+    sizes = [int(r["pool_workers"]) for r in records]
+    resizes = median([sum(1 for r in run if "pool_resized_to" in r) for run in runs])
+    return [
+        variant,
+        total,
+        median([r["step_time_s"] for r in records]),
+        median([r["reward_wait_s"] / r["step_time_s"] for r in records]),
+        sum(r["reward_wait_s"] for r in records) / sum(r["step_time_s"] for r in records),
+        f"{min(sizes)}-{max(sizes)}",
+        sum(sizes) / len(sizes),
+        resizes,
+    ]
+
+
+def bench_autoscale(plan: AutoscalePlan) -> dict[str, Any]:
+    section = new_section("autoscale", TITLE, owns=HEADLINE)
+    runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="bench-autoscale-") as tmp:
+        for round_index in range(plan.rounds):
+            order = list(VARIANTS) if round_index % 2 == 0 else list(reversed(VARIANTS))
+            for i, variant in enumerate(order):
+                runs[variant].append(run_variant(plan, variant, Path(tmp) / f"r{round_index}-{i}"))
+    rows = [_row(name, runs[name]) for name in VARIANTS]
+    schedule = ", ".join(f"{ms:g} ms an item to {until:.0%} of the steps" for until, ms in plan.costs_ms)
+    add_table(
+        section,
+        f"{plan.steps} GRPO steps of the `{plan.preset}` preset's shape ({plan.rounds} round(s), variants "
+        f"alternating; fp32, rewards on the pool); the reward sleeps {schedule}",
+        ["pool", "GRPO s", "step s (median)", "wait share (median)", "wait share (all steps)",
+         "workers", "workers (mean)", "resizes"],
+        rows,
+    )  # fmt: skip
+    fixed = {row[0]: row[1] for row in rows if row[0] != AUTOSCALED}
+    scaled = next(row for row in rows if row[0] == AUTOSCALED)
+    section["notes"] += [
+        "GRPO s over the autoscaled pool's: "
+        + ", ".join(f"{name} {total / scaled[1]:.2f}x" for name, total in fixed.items()),
+        f"the autoscaled pool held {scaled[6]:.2f} workers on average against the fixed pools' 1, 2 and 4",
+        "wait share: the share of a step spent waiting for rewards (`reward_wait_s / step_time_s`)",
+    ]
+    kept = ("step", "step_time_s", "reward_wait_s", "pool_workers", "pool_resized_to", "pool_resize_why")
+    section["data"] = {
+        "plan": {**plan.__dict__, "costs_ms": [list(c) for c in plan.costs_ms]},
+        "steps": {
+            name: [[{k: r[k] for k in kept if k in r} for r in run] for run in got]
+            for name, got in runs.items()
+        },
+    }
+    section["figures"] = [
+        {
+            "file": FIGURE,
+            "title": "Pool size and step time over a run whose reward cost changes",
+            "kind": "autoscale",
+        }
+    ]
+    return section
