@@ -19,9 +19,6 @@ sampling and on `sample_s + reward_wait_s` with actors: the idle share is that o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +26,10 @@ from typing import Any
 
 from bench.results import add_table, new_section
 from bench.timing import median
+from bench.whole_run import grpo_records
 
 TITLE = "13. Sampling apart from the trainer: step time and the trainer's wait"
 HEADLINE: tuple[str, ...] = ()
-REPO = Path(__file__).resolve().parents[1]
 COMMON = ("run.backend=local", "pool.placement=pool", "precision.dtype=fp32")
 TRAINER = "trainer"
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -69,21 +66,8 @@ def overrides(plan: AsyncPlan, variant: str) -> list[str]:
 
 def run_variant(plan: AsyncPlan, variant: str, run_dir: Path) -> list[dict[str, Any]]:
     """One whole run of `variant`; its GRPO steps' records after the warm-up."""
-    argv = [sys.executable, "-m", "service.train", "--preset", plan.preset, "--run-dir", str(run_dir)]
-    argv += [word for value in overrides(plan, variant) for word in ("--set", value)]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
-    proc = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=plan.timeout_s, check=False
-    )
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the {variant!r} run failed (exit {proc.returncode}): {tail}")
-    from service.run_files import read_jsonl
-
-    grpo = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("phase") == "grpo"]
-    if len(grpo) != plan.steps:
-        raise RuntimeError(f"the {variant!r} run recorded {len(grpo)} GRPO steps of {plan.steps}")
-    return grpo[plan.warmup :]
+    sets = overrides(plan, variant)
+    return grpo_records(variant, plan.preset, run_dir, sets, plan.steps, plan.timeout_s)[plan.warmup :]
 
 
 def trainer_wait_s(variant: str, record: dict[str, Any]) -> float:

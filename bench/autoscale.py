@@ -13,9 +13,6 @@ the pool's size and the step time over the steps.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -24,11 +21,11 @@ from typing import Any
 
 from bench.results import add_table, new_section
 from bench.timing import median
+from bench.whole_run import grpo_records
 
 TITLE = "14. A pool that sizes itself: fixed pools against pool.autoscale as the reward's cost changes"
 HEADLINE: tuple[str, ...] = ()
 FIGURE = "autoscale.png"
-REPO = Path(__file__).resolve().parents[1]
 COMMON = (
     "run.backend=local",
     "pool.placement=pool",
@@ -90,34 +87,21 @@ def _pace(plan: AutoscalePlan, metrics: Path, cost_file: Path, done: threading.E
 
 
 def run_variant(plan: AutoscalePlan, variant: str, run_dir: Path) -> list[dict[str, Any]]:
-    """One whole run of `variant`; its GRPO steps' records."""
-    argv = [sys.executable, "-m", "service.train", "--preset", plan.preset, "--run-dir", str(run_dir)]
-    argv += [word for value in overrides(plan, variant) for word in ("--set", value)]
+    """One whole run of `variant`, its reward's cost paced by its steps; its GRPO steps' records."""
     cost_file = run_dir.parent / f"{run_dir.name}.cost"
     cost_file.write_text(repr(plan.cost_s(1)))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
-    env["GRPO_BENCH_COST_FILE"] = str(cost_file)  # its workers inherit it
     done = threading.Event()
     pacer = threading.Thread(
         target=_pace, args=(plan, run_dir / "metrics.jsonl", cost_file, done), daemon=True
     )
     pacer.start()
-    try:
-        proc = subprocess.run(
-            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=plan.timeout_s, check=False
-        )
+    try:  # the run's Ray workers inherit the cost file's name
+        env = {"GRPO_BENCH_COST_FILE": str(cost_file)}
+        sets = overrides(plan, variant)
+        return grpo_records(variant, plan.preset, run_dir, sets, plan.steps, plan.timeout_s, env)
     finally:
         done.set()
         pacer.join()
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the {variant!r} run failed (exit {proc.returncode}): {tail}")
-    from service.run_files import read_jsonl
-
-    grpo = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("phase") == "grpo"]
-    if len(grpo) != plan.steps:
-        raise RuntimeError(f"the {variant!r} run recorded {len(grpo)} GRPO steps of {plan.steps}")
-    return grpo
 
 
 def _row(variant: str, runs: list[list[dict[str, Any]]]) -> list[Any]:
