@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from service.report.timing import draw_step_share, draw_step_time
+from service.report.timing import draw_pool_size, draw_step_share, draw_step_time
 from service.run_files import EVAL_FILE, METRICS_FILE, REPORT_FILE, read_jsonl
 
 
@@ -126,6 +126,7 @@ def write_report(run_dir: str | Path, title: str | None = None) -> Path:
     _draw_eval(axes[1][1], evals)
     draw_step_time(axes[2][0], metrics)
     draw_step_share(axes[2][1], metrics)
+    draw_pool_size(axes[2][1], metrics)
     for ax in fig.axes:  # twins included: steps are whole numbers, values plain (no offset or 1e-x)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))

@@ -92,3 +92,18 @@ def draw_step_share(ax, metrics: Sequence[dict[str, Any]]) -> None:
         ax.legend(fontsize=7, loc="lower left", ncol=3)
     ax.set_ylim(0, 1)
     ax.set_title("share of the GRPO step (mean over the run)")
+
+
+def draw_pool_size(ax, metrics: Sequence[dict[str, Any]]) -> None:
+    """An autoscaled pool's size over the GRPO steps, on a second axis of `ax` (beside the reward
+    wait's share it follows); nothing for a pool that kept one size."""
+    rows = [r for r in metrics if r.get("phase") == "grpo" and "pool_workers" in r]
+    if len({r["pool_workers"] for r in rows}) < 2:
+        return
+    size = ax.twinx()
+    steps, workers = [r["step"] for r in rows], [r["pool_workers"] for r in rows]
+    size.step(steps, workers, where="post", color="black", linewidth=1.5, label="reward workers")
+    size.set_ylim(0, max(workers) + 1)
+    size.yaxis.get_major_locator().set_params(integer=True)
+    size.set_ylabel("reward workers")
+    size.legend(fontsize=7, loc="upper right")

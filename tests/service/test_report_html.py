@@ -190,3 +190,23 @@ def test_an_autoscaled_pools_changes_are_a_table_of_the_steps_each_size_ran_for(
     assert '<td data-field="steps">10-11</td>' in section and '<td data-field="steps">12-12</td>' in section
     assert "above 0.2" in section and "below 0.1" in section
     assert pool_section(rows[:3]) == ""  # a pool of fixed size: no section
+
+
+def test_report_png_draws_an_autoscaled_pools_size_beside_the_wait_share_and_nothing_for_a_fixed_one():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from service.report.timing import draw_pool_size
+
+    rows = [{"step": s, "phase": "grpo", "pool_workers": 1.0 if s < 5 else 3.0} for s in range(1, 9)]
+    fig, ax = plt.subplots()
+    draw_pool_size(ax, rows)
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "reward workers"
+    [line] = fig.axes[1].get_lines()
+    assert list(line.get_ydata()) == [r["pool_workers"] for r in rows]
+    fixed, ax = plt.subplots()
+    draw_pool_size(ax, [{**r, "pool_workers": 2.0} for r in rows])
+    assert len(fixed.axes) == 1
+    plt.close("all")
