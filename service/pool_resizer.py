@@ -60,7 +60,10 @@ class PoolResizer:
         with self._lock:
             left = [self._leaving.pop(v) for v in sorted(self._leaving) if v <= followed]
         for name in (name for names in left for name in names):
-            self._pool.remove_worker(name)
+            try:
+                self._pool.remove_worker(name)
+            except (ValueError, RewardPoolUnavailable) as exc:  # gone already, or the pool is down
+                self._say(f"[pool] reward worker {name} could not be removed: {exc}")
         if self._thread is not None and self._thread.is_alive():
             return  # one change at a time; the rows until it lands are of the old size anyway
         resize = self._sizer.observe(row)
