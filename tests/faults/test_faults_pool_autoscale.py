@@ -52,6 +52,7 @@ def test_a_growth_without_room_waits_for_a_node_added_mid_run_which_receives_the
     from ray.util.state import list_actors
 
     monkeypatch.setenv("GRPO_EXAMPLE_SLOW_S", "0.04")  # the nodes' workers inherit it
+    (tmp_path / "logs").mkdir()
     cluster = LocalCluster(tmp_path / "logs")
     try:
         cluster.start_head()
