@@ -3,9 +3,9 @@ autoscaled pool, over a run whose reward cost changes.
 
 Each variant is a whole run of `python -m service.train` (the `smoke` preset's shape, more GRPO
 steps, `run.backend=local`, rewards on the pool, fp32), in a process of its own that starts its own
-Ray. The reward is `bench.paced_reward:paced`, whose cost per item this section sets as the run's
-GRPO steps pass (`AutoscalePlan.costs_ms`: cheap, then dear, then cheap again), so every variant
-meets the same cost at the same step. Variants alternate within rounds (reversed order every other
+Ray. The reward is `bench.paced_reward:paced`, whose cost per item follows a schedule over the
+GRPO steps (`AutoscalePlan.costs_ms`: cheap, then dear, then cheap again), counted by the items it
+has scored, so every variant meets the same cost at the same step. Variants alternate within rounds (reversed order every other
 round). Per variant: the GRPO steps' total time, their median step time and wait share
 (`reward_wait_s / step_time_s`), and the pool's size over the steps; a figure beside bench.md plots
 the pool's size and the step time over the steps.
@@ -13,8 +13,8 @@ the pool's size and the step time over the steps.
 
 from __future__ import annotations
 
+import json
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +53,6 @@ class AutoscalePlan:
     rounds: int = 1
     timeout_s: float = 900.0
 
-    def cost_s(self, grpo_step: int) -> float:
-        """Seconds per item at GRPO step `grpo_step` (1-based)."""
-        for until, ms in self.costs_ms:
-            if grpo_step <= until * self.steps:
-                return ms / 1000.0
-        return self.costs_ms[-1][1] / 1000.0
-
 
 def overrides(plan: AutoscalePlan, variant: str) -> list[str]:
     steps = (
@@ -70,38 +63,25 @@ def overrides(plan: AutoscalePlan, variant: str) -> list[str]:
     return [*COMMON, *steps, *VARIANTS[variant]]
 
 
-def _pace(plan: AutoscalePlan, metrics: Path, cost_file: Path, done: threading.Event) -> None:
-    """Write the cost of the coming GRPO step as the run records its steps."""
-    from service.run_files import read_jsonl
+def schedule(plan: AutoscalePlan) -> dict[str, Any]:
+    """The paced reward's schedule (`bench.paced_reward`): the preset's items per GRPO step, and
+    the cost in seconds up to each step."""
+    from service.config import load_config
 
-    written = None
-    while not done.is_set():
-        grpo = sum(1 for r in read_jsonl(metrics) if r.get("phase") == "grpo") if metrics.exists() else 0
-        cost = plan.cost_s(grpo + 1)
-        if cost != written:
-            tmp = cost_file.with_suffix(".tmp")
-            tmp.write_text(repr(cost))
-            tmp.replace(cost_file)
-            written = cost
-        done.wait(0.01)
+    cfg = load_config(preset=plan.preset, overrides=())
+    costs = [[until * plan.steps, ms / 1000.0] for until, ms in plan.costs_ms]
+    return {"items_per_step": cfg.grpo.prompts_per_step * cfg.sampling.group_size, "costs": costs}
 
 
 def run_variant(plan: AutoscalePlan, variant: str, run_dir: Path) -> list[dict[str, Any]]:
-    """One whole run of `variant`, its reward's cost paced by its steps; its GRPO steps' records."""
-    cost_file = run_dir.parent / f"{run_dir.name}.cost"
-    cost_file.write_text(repr(plan.cost_s(1)))
-    done = threading.Event()
-    pacer = threading.Thread(
-        target=_pace, args=(plan, run_dir / "metrics.jsonl", cost_file, done), daemon=True
+    """One whole run of `variant`, its reward's cost paced by the items it scores; its GRPO
+    steps' records."""
+    cost_file = run_dir.parent / f"{run_dir.name}.cost.json"
+    cost_file.write_text(json.dumps(schedule(plan)))
+    env = {"GRPO_BENCH_COST_FILE": str(cost_file)}  # the run's Ray workers inherit it
+    return grpo_records(
+        variant, plan.preset, run_dir, overrides(plan, variant), plan.steps, plan.timeout_s, env
     )
-    pacer.start()
-    try:  # the run's Ray workers inherit the cost file's name
-        env = {"GRPO_BENCH_COST_FILE": str(cost_file)}
-        sets = overrides(plan, variant)
-        return grpo_records(variant, plan.preset, run_dir, sets, plan.steps, plan.timeout_s, env)
-    finally:
-        done.set()
-        pacer.join()
 
 
 def _row(variant: str, runs: list[list[dict[str, Any]]]) -> list[Any]:

@@ -8,15 +8,19 @@ import dataclasses
 
 import pytest
 
-from bench.autoscale import AUTOSCALED, VARIANTS, AutoscalePlan, overrides
-from bench.paced_reward import paced
+from bench.autoscale import AUTOSCALED, VARIANTS, AutoscalePlan, overrides, schedule
+from bench.paced_reward import cost_s, paced
 from bench.plan import OPTIONAL_SECTIONS, quick_plan
 from bench.runner import run_bench
 
 
-def test_the_cost_follows_the_schedule_over_the_grpo_steps():
+def test_the_cost_follows_the_schedule_over_the_grpo_steps_counted_in_items():
     plan = AutoscalePlan(steps=8, costs_ms=((0.25, 1.0), (0.75, 10.0), (1.0, 0.5)))
-    assert [plan.cost_s(s) * 1000 for s in range(1, 9)] == [1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 0.5, 0.5]
+    sched = schedule(plan)
+    assert sched["items_per_step"] == 16  # the smoke preset: 4 prompts x 4 completions
+    per_step = [cost_s(sched, 16 * (s - 1)) * 1000 for s in range(1, 10)]
+    assert per_step == [1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 0.5, 0.5, 0.5]
+    assert cost_s(sched, 31) == cost_s(sched, 16)  # every item of a step costs the same
 
 
 def test_every_variant_runs_the_same_work_and_only_one_autoscales():
@@ -33,18 +37,22 @@ def test_every_variant_runs_the_same_work_and_only_one_autoscales():
     ]  # fmt: skip
 
 
-def test_the_paced_reward_sleeps_what_its_file_says(tmp_path, monkeypatch):
+def test_the_paced_reward_counts_its_items_across_calls_and_sleeps_their_cost(tmp_path, monkeypatch):
+    import json
     import time
 
     from bench import paced_reward
 
-    cost = tmp_path / "cost"
-    cost.write_text("0.05")
-    monkeypatch.setenv("GRPO_BENCH_COST_FILE", str(cost))
-    monkeypatch.setitem(paced_reward._cost, "read_at", float("-inf"))
+    spec = tmp_path / "cost.json"
+    spec.write_text(json.dumps({"items_per_step": 2, "costs": [[1, 0.0], [9, 0.05]]}))
+    monkeypatch.setenv("GRPO_BENCH_COST_FILE", str(spec))
+    monkeypatch.setattr(paced_reward, "_schedule", {})
     began = time.monotonic()
-    assert paced("a", "a") == 1.0 and paced("a", "b") == 0.0
-    assert time.monotonic() - began >= 0.1  # two items at 50 ms
+    assert paced("a", "a") == 1.0 and paced("a", "b") == 0.0  # step 1: free
+    assert time.monotonic() - began < 0.05
+    paced("a", "a")  # step 2: 50 ms
+    assert time.monotonic() - began >= 0.05
+    assert (tmp_path / "cost.json.count").read_text() == "3"
 
 
 @pytest.mark.slow
