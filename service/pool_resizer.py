@@ -52,7 +52,6 @@ class PoolResizer:
         self._lock = threading.Lock()  # over _leaving: the resize thread adds, the driver's thread takes
         self._thread: threading.Thread | None = None
         self._closing = False
-        self.changes: list[Resize] = []
 
     def observe(self, row: Mapping[str, Any]) -> None:
         """One drained step record: kill the workers the ranks have left, then maybe resize."""
@@ -116,7 +115,6 @@ class PoolResizer:
             self._control.set_roster.remote(list(self._roster), {**record, "workers_to": workers})
         )
         self._sizer.resized(workers, setup_s)
-        self.changes.append(Resize(record["step"], record["workers_from"], workers, record["why"]))
         return version
 
     def _ask(self, workers: int) -> None:

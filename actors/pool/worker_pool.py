@@ -112,14 +112,7 @@ class WorkerPool:
         cfg = pool_config(pool)
         _require_ray()
         names = list(names) if names else [worker_name(cfg, i) for i in range(cfg.num_workers)]
-        handles = []
-        for name in names:
-            try:
-                handles.append(ray.get_actor(name, namespace=cfg.namespace))
-            except ValueError as exc:
-                raise RewardPoolUnavailable(
-                    f"no reward worker named {name!r} (namespace {cfg.namespace!r}): {exc}"
-                ) from exc
+        handles = [_named_worker(cfg, name) for name in names]
         pool_obj = cls(handles, cfg, run_id=run_id, owns_workers=False, names=names)
         pool_obj._wait_started()
         return pool_obj
@@ -189,12 +182,8 @@ class WorkerPool:
         index = max((s.index for s in self._dispatcher.slots), default=-1)
         added = []
         for name in [n for n in names if n not in current]:
-            try:
-                handle = ray.get_actor(name, namespace=self.cfg.namespace)
-            except ValueError as exc:
-                raise RewardPoolUnavailable(f"no reward worker named {name!r} to follow: {exc}") from exc
             index += 1
-            added.append(WorkerSlot(index, name, handle, time.monotonic()))
+            added.append(WorkerSlot(index, name, _named_worker(self.cfg, name), time.monotonic()))
             self._dispatcher.add(added[-1])
         if added and (problem := self._start_problem(added)):
             raise RewardPoolUnavailable(problem)
@@ -353,6 +342,16 @@ def _start_worker(cfg: PoolConfig, index: int, host: Any, clock: Callable[[], fl
         options["namespace"] = cfg.namespace
     # The host travels by value (a few kB): a restarted worker is rebuilt from its own copy.
     return ray.remote(RewardWorker).options(**options).remote(host, clock=clock)
+
+
+def _named_worker(cfg: PoolConfig, name: str) -> Any:
+    """The handle of the live worker actor `name` in the pool's namespace."""
+    try:
+        return ray.get_actor(name, namespace=cfg.namespace)
+    except ValueError as exc:
+        raise RewardPoolUnavailable(
+            f"no reward worker named {name!r} (namespace {cfg.namespace!r}): {exc}"
+        ) from exc
 
 
 def _name_taken(cfg: PoolConfig, index: int, exc: Exception) -> RewardPoolUnavailable:

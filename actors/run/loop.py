@@ -323,14 +323,15 @@ class WorkerLoop:
         if self.rank != 0:
             return {}
         pool = self.pool()
-        workers = pool.stats()["workers"].values()
+        stats = pool.stats()
+        workers = stats["workers"].values()
         states = [w["state"] for w in workers]
         health = {"pool_workers": float(len(states)), "pool_workers_alive": float(states.count("healthy"))}
         rss = [w["rss_mb"] for w in workers if w.get("rss_mb") is not None]
         if rss:
             health["pool_worker_rss_mb_max"] = round(max(rss), 1)
         if self.spec.pool.autoscale is not None:  # what the driver sizes the pool by
-            if (cost := pool.stats().get("seconds_per_item")) is not None:
+            if (cost := stats.get("seconds_per_item")) is not None:
                 health["pool_seconds_per_item"] = cost
             health["pool_roster_version"] = float(self._roster_version)
         for line in [*pool.take_notices(), *self._rss_watch.observe(step, pool.worker_rss_mb())]:
