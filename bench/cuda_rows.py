@@ -1,9 +1,10 @@
 """`python -m bench.cuda_rows`: the benchmark's CUDA rows, on a machine with a GPU and no Ray.
 
-Three sections, written to DIR/bench.json and DIR/bench.md like `python -m bench`'s:
+Four sections, written to DIR/bench.json and DIR/bench.md like `python -m bench`'s:
 sampling (full recomputation against the KV cache, the 124M model included), the training step by
 numeric mode (fp32, TF32, bf16, fused AdamW, torch.compile; MFU), and the `gpt2-4090` preset's GRPO
-steps in process (bf16 eager, then compile and CUDA graphs of the decode step). Only torch and the
+steps in process (bf16 eager, then compile and CUDA graphs of the decode step), and the memory plan's
+estimate against the measured peak (the preset and a 1.5B transformers model, one rank). Only torch and the
 project's pure packages are needed, so a GPU box without Ray measures them.
 """
 
@@ -17,6 +18,8 @@ import time
 import torch
 
 from bench.assemble import bench_result, run_section
+from bench.gpu_memory import TITLE as MEMORY_TITLE
+from bench.gpu_memory import bench_gpu_memory
 from bench.gpu_steps import TITLE as STEPS_TITLE
 from bench.gpu_steps import VARIANTS, bench_gpu_steps
 from bench.machine import machine_info
@@ -38,6 +41,7 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sampling": (SAMPLING_TITLE, SAMPLING_HEADLINE),
     "train_step": (STEP_TITLE, STEP_HEADLINE),
     "gpu_steps": (STEPS_TITLE, ()),
+    "gpu_memory": (MEMORY_TITLE, ()),
 }
 
 
@@ -46,6 +50,8 @@ def _section_fn(name: str, args: argparse.Namespace):
         return lambda: bench_sampling(CUDA_SAMPLING)
     if name == "train_step":
         return lambda: bench_train_step(TrainStepPlan())
+    if name == "gpu_memory":
+        return lambda: bench_gpu_memory()
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     return lambda: bench_gpu_steps(args.preset, args.warmup, args.steps, variants=variants)
 

@@ -40,6 +40,7 @@ SECTIONS = (
     "async",
     "autoscale",
     "gpu_steps",
+    "gpu_memory",
 )
 # The README's headline: the GRPO step against the peer, then what each other part costs.
 README_KEYS = (

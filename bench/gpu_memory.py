@@ -1,0 +1,187 @@
+"""Section `gpu_memory`: the memory plan's estimate against the measured peak, one rank on one device.
+
+Each case is a service config trained in process as one rank trains it (`Trainer.sft_step`, then
+`Trainer.grpo_step` with the FEN reward scored inline; no Ray): the built-in `gpt2-4090` preset on
+one worker, and a model of Qwen2-1.5B's shape (`examples/models/qwen2-1.5b-shape`, random weights
+written by the section, the character tokenizer) in full fine-tuning with the step shapes of the
+docs' 4 x 24 GiB example, on one worker. The measured peak is the allocator's
+(`torch.cuda.max_memory_allocated`), first over the SFT step, then over the GRPO steps; the plan's
+estimate beside each leaves out its process term (CUDA's context and the allocator's slack), which
+the allocator's count leaves out too. The plan is given the data's longest prompt, as `--plan` is.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.results import add_table, new_section
+from rewards import score_totals
+
+TITLE = "The memory plan against the measured peak on one device"
+QWEN_1P5B = Path(__file__).resolve().parents[1] / "examples" / "models" / "qwen2-1.5b-shape"
+EAGER = ["model.compile=false", "sampling.compile=false", "sampling.cuda_graphs=false"]
+# The docs' 1.5B example (docs/guides/gpus.md): hf-demo's shapes with rows sized for its vocabulary.
+QWEN_SHAPES = ["sampling.prompts_per_microbatch=2", "sft.batch_size=16"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    preset: str
+    overrides: tuple[str, ...]
+    hf_shape: dict[str, Any] | None = None  # a transformers config to write with random weights
+
+
+def cases(device: str) -> list[Case]:
+    gpu = [f"scaling.use_gpu={'true' if device == 'cuda' else 'false'}", "scaling.num_workers=1"]
+    qwen = json.loads((QWEN_1P5B / "config.json").read_text())
+    return [
+        Case("gpt2-4090, one worker (eager)", "gpt2-4090", (*gpu, *EAGER)),
+        Case(
+            "Qwen2-1.5B shape, full fine-tuning, one worker",
+            "hf-demo",
+            (*gpu, *EAGER, *QWEN_SHAPES),
+            hf_shape=qwen,
+        ),
+    ]
+
+
+def write_random_hf_model(shape: dict[str, Any], out: Path, device: str) -> Path:
+    """A transformers model of `shape` with random weights (drawn on `device`, saved in bf16) and the
+    character tokenizer, in `out`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.policy.hf_tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    ids = {
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
+    fields = {k: v for k, v in shape.items() if k != "architectures"}
+    config = AutoConfig.for_model(**{**fields, **ids})
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    del model
+    return out
+
+
+def _peak_bytes(device: str) -> float:
+    return float(torch.cuda.max_memory_allocated()) if device == "cuda" else float("nan")
+
+
+def _reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) -> dict[str, Any]:
+    """One case: its plan and, for a fresh trainer, the peak over its SFT step and its GRPO steps."""
+    from service.config import load_config, trainer_config
+    from service.memory_plan import PROCESS_BYTES, estimate, run_inputs
+    from service.model_shape import model_shape
+    from service.scaling_strategy import strategy_config
+    from service.tasks import build_task
+    from trainer.data.chess_games import generate_pairs
+    from trainer.engine import Trainer
+    from trainer.grpo.reward_source import InlineRewards
+    from trainer.policy import CharTokenizer, build_policy
+
+    overrides = list(case.overrides) + ([f"model.path={model_dir}"] if model_dir else [])
+    cfg = load_config(case.preset, overrides=overrides)
+    task = build_task(cfg)
+    n = cfg.grpo.prompts_per_step
+    pairs = generate_pairs(
+        cfg.sft.batch_size + n * steps, cfg.data.seed, cfg.task.min_plies, cfg.task.max_plies
+    )
+    vocab, prompt_tokens = run_inputs(cfg, task, pairs)
+    plan = estimate(cfg, model_shape(cfg, vocab), prompt_tokens=prompt_tokens)
+    phases = {p.name: (p.total - PROCESS_BYTES) / 2**20 for p in plan.phases}
+
+    _reset_peak(device)
+    tcfg = trainer_config(cfg)
+    tokenizer = CharTokenizer(task.alphabet) if cfg.model.source == "builtin" else None
+    trainer = Trainer(
+        tcfg, device=device, policy=build_policy(tcfg, tokenizer), strategy=strategy_config(cfg)
+    )
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    began = time.perf_counter()
+    trainer.sft_step(pairs[: cfg.sft.batch_size])
+    sync()
+    sft_s, sft_peak = time.perf_counter() - began, _peak_bytes(device)
+    _reset_peak(device)
+    rewards = InlineRewards(score_totals)
+    times = []
+    for i in range(steps):
+        began = time.perf_counter()
+        trainer.grpo_step(pairs[cfg.sft.batch_size + i * n : cfg.sft.batch_size + (i + 1) * n], rewards)
+        sync()
+        times.append(time.perf_counter() - began)
+    grpo_peak = _peak_bytes(device)
+    params = sum(p.numel() for p in trainer.model.parameters())
+    del trainer
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    grpo_plan = max(v for k, v in phases.items() if k != "sft")
+    return {
+        "params": params,
+        "prompt_tokens": prompt_tokens,
+        "sft_s": sft_s,
+        "grpo_step_s": statistics.median(times[1:] or times),
+        "sft_peak_mib": sft_peak / 2**20,
+        "grpo_peak_mib": grpo_peak / 2**20,
+        "plan_sft_mib": phases.get("sft"),
+        "plan_grpo_mib": grpo_plan,
+        "plan_phases_mib": phases,
+        "plan_largest_term": plan.largest_term[0],
+    }
+
+
+def bench_gpu_memory(
+    steps: int = 2, device: str = "cuda", chosen: Callable[[Case], bool] = lambda c: True
+) -> dict:
+    section = new_section("gpu_memory", TITLE)
+    if device == "cuda" and not torch.cuda.is_available():
+        section["status"] = "skipped"
+        section["error"] = "no CUDA device"
+        return section
+    results = {}
+    for case in filter(chosen, cases(device)):
+        with tempfile.TemporaryDirectory(prefix="bench-gpu-memory-") as tmp:
+            model_dir = write_random_hf_model(case.hf_shape, Path(tmp), device) if case.hf_shape else None
+            results[case.name] = measure_case(case, model_dir, device, steps)
+    where = torch.cuda.get_device_name(0) if device == "cuda" else device
+    add_table(
+        section,
+        f"one rank on one {where}: SFT step, then {steps} GRPO steps (step time: the median after the first)",
+        [
+            "case", "parameters (M)", "SFT step s", "GRPO step s", "SFT peak (MiB)", "plan: sft (MiB)",
+            "GRPO peak (MiB)", "plan: GRPO (MiB)", "GRPO peak / plan",
+        ],
+        [
+            [
+                name, r["params"] / 1e6, r["sft_s"], r["grpo_step_s"], r["sft_peak_mib"], r["plan_sft_mib"],
+                r["grpo_peak_mib"], r["plan_grpo_mib"], r["grpo_peak_mib"] / r["plan_grpo_mib"],
+            ]
+            for name, r in results.items()
+        ],
+    )  # fmt: skip
+    section["data"] = {"steps": steps, "device": where, "results": results}
+    section["notes"].append(
+        "peak: torch.cuda.max_memory_allocated over the step(s); plan: service.memory_plan's phase less "
+        "its process term (CUDA's context and the allocator's slack, 1 GiB), with the data's longest prompt"
+    )
+    return section
