@@ -5,7 +5,8 @@ Each case is a service config trained in process as one rank trains it (`Trainer
 one worker, and a model of Qwen2-1.5B's shape (`examples/models/qwen2-1.5b-shape`, random weights
 written by the section, the character tokenizer) in full fine-tuning with the step shapes of the
 docs' 4 x 24 GiB example, on one worker. The measured peak is the allocator's
-(`torch.cuda.max_memory_allocated`), first over the SFT step, then over the GRPO steps; the plan's
+(`torch.cuda.max_memory_allocated`), first over the second SFT step (the first builds AdamW's
+moments), then over the GRPO steps; the plan's
 estimate beside each leaves out its process term (CUDA's context and the allocator's slack), which
 the allocator's count leaves out too. The plan is given the data's longest prompt, as `--plan` is.
 """
@@ -82,6 +83,10 @@ def _peak_bytes(device: str) -> float:
     return float(torch.cuda.max_memory_allocated()) if device == "cuda" else float("nan")
 
 
+def _reserved_bytes(device: str) -> float:
+    return float(torch.cuda.max_memory_reserved()) if device == "cuda" else float("nan")
+
+
 def _reset_peak(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -105,7 +110,7 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
     task = build_task(cfg)
     n = cfg.grpo.prompts_per_step
     pairs = generate_pairs(
-        cfg.sft.batch_size + n * steps, cfg.data.seed, cfg.task.min_plies, cfg.task.max_plies
+        2 * cfg.sft.batch_size + n * steps, cfg.data.seed, cfg.task.min_plies, cfg.task.max_plies
     )
     vocab, prompt_tokens = run_inputs(cfg, task, pairs)
     plan = estimate(cfg, model_shape(cfg, vocab), prompt_tokens=prompt_tokens)
@@ -118,19 +123,22 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
         tcfg, device=device, policy=build_policy(tcfg, tokenizer), strategy=strategy_config(cfg)
     )
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    trainer.sft_step(pairs[: cfg.sft.batch_size])  # the first builds AdamW's moments after its backward
+    _reset_peak(device)
     began = time.perf_counter()
-    trainer.sft_step(pairs[: cfg.sft.batch_size])
+    trainer.sft_step(pairs[cfg.sft.batch_size : 2 * cfg.sft.batch_size])
     sync()
-    sft_s, sft_peak = time.perf_counter() - began, _peak_bytes(device)
+    sft_s, sft_peak, sft_reserved = time.perf_counter() - began, _peak_bytes(device), _reserved_bytes(device)
     _reset_peak(device)
     rewards = InlineRewards(score_totals)
     times = []
     for i in range(steps):
         began = time.perf_counter()
-        trainer.grpo_step(pairs[cfg.sft.batch_size + i * n : cfg.sft.batch_size + (i + 1) * n], rewards)
+        first = 2 * cfg.sft.batch_size + i * n
+        trainer.grpo_step(pairs[first : first + n], rewards)
         sync()
         times.append(time.perf_counter() - began)
-    grpo_peak = _peak_bytes(device)
+    grpo_peak, grpo_reserved = _peak_bytes(device), _reserved_bytes(device)
     params = sum(p.numel() for p in trainer.model.parameters())
     del trainer
     if device == "cuda":
@@ -143,6 +151,8 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
         "grpo_step_s": statistics.median(times[1:] or times),
         "sft_peak_mib": sft_peak / 2**20,
         "grpo_peak_mib": grpo_peak / 2**20,
+        "sft_reserved_mib": sft_reserved / 2**20,
+        "grpo_reserved_mib": grpo_reserved / 2**20,
         "plan_sft_mib": phases.get("sft"),
         "plan_grpo_mib": grpo_plan,
         "plan_phases_mib": phases,
@@ -166,22 +176,24 @@ def bench_gpu_memory(
     where = torch.cuda.get_device_name(0) if device == "cuda" else device
     add_table(
         section,
-        f"one rank on one {where}: SFT step, then {steps} GRPO steps (step time: the median after the first)",
+        f"one rank on one {where}: the second SFT step, then {steps} GRPO steps (GRPO step time: the median "
+        "after the first)",
         [
             "case", "parameters (M)", "SFT step s", "GRPO step s", "SFT peak (MiB)", "plan: sft (MiB)",
-            "GRPO peak (MiB)", "plan: GRPO (MiB)", "GRPO peak / plan",
+            "GRPO peak (MiB)", "plan: GRPO (MiB)", "GRPO peak / plan", "GRPO peak reserved (MiB)",
         ],
         [
             [
                 name, r["params"] / 1e6, r["sft_s"], r["grpo_step_s"], r["sft_peak_mib"], r["plan_sft_mib"],
                 r["grpo_peak_mib"], r["plan_grpo_mib"], r["grpo_peak_mib"] / r["plan_grpo_mib"],
+                r["grpo_reserved_mib"],
             ]
             for name, r in results.items()
         ],
     )  # fmt: skip
     section["data"] = {"steps": steps, "device": where, "results": results}
     section["notes"].append(
-        "peak: torch.cuda.max_memory_allocated over the step(s); plan: service.memory_plan's phase less "
+        "peak: torch.cuda.max_memory_allocated over the step(s) (reserved: the allocator's cached blocks too); plan: service.memory_plan's phase less "
         "its process term (CUDA's context and the allocator's slack, 1 GiB), with the data's longest prompt"
     )
     return section

@@ -14,7 +14,8 @@ precision, LoRA and the sampling and batch shapes, each phase of a step is summe
 - update: one micro-batch's activations kept for the backward, the logits of its completion tokens,
   16-bit copies of the weights that autocast keeps for the backward, and under fsdp the gathered
   blocks (two at a time, and the root's embeddings and head) with their unsharded gradients;
-- SFT: the same for one rank's share of sft.batch_size pairs;
+- SFT: the same for one rank's share of sft.batch_size pairs, without the KL reference (built as
+  GRPO starts);
 - the process: CUDA's context and the allocator's slack on a GPU (1 GiB), the interpreter and
   its libraries on a CPU (1 GiB).
 
@@ -23,10 +24,11 @@ prompts), else the most model.block_size leaves beside max_new_tokens. With mode
 the log-prob passes take each group's prompt once. The peak is the largest phase. A run whose peak exceeds its device (`scaling.device_memory_gib`,
 else this machine's GPU, or on a CPU this machine's memory shared among the workers) is refused in
 one line naming the estimate, its largest term and what would fit (fsdp, more workers, LoRA,
-gradient checkpointing, fewer rows at a time). Activations are counted per token and layer as 14 x width + 2 x the
-MLP's width values (attention by a fused kernel, which keeps no scores): an estimate whose CPU
-check is the benchmark's `fsdp` rows. The held terms are exact: `tests/service/test_memory_plan.py`
-and `tests/service/test_train_fsdp.py` compare them with the tensors a trainer holds.
+gradient checkpointing, fewer rows at a time). Activations are counted per token and layer as
+14 x width + 2 x the MLP's width values, 4 x for a gated MLP (attention by a fused kernel, which
+keeps no scores): an estimate checked against measured peaks by the benchmark's `fsdp` rows (CPU)
+and `gpu_memory` rows (CUDA). The held terms are exact: `tests/service/test_memory_plan.py` and
+`tests/service/test_train_fsdp.py` compare them with the tensors a trainer holds.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def gathered_dtype(cfg: ServiceConfig, strategy: str) -> str:
 
 def _activations(cfg: ServiceConfig, shape: ModelShape, rows: float, tokens: float, e: int) -> float:
     """Bytes kept for the backward by a forward over `rows` x `tokens`."""
-    per_layer = 14 * shape.width + 2 * shape.mlp_width
+    # a gated MLP keeps its gate, its up projection, the gate's activation and their product
+    per_layer = 14 * shape.width + (4 if shape.gated_mlp else 2) * shape.mlp_width
     if cfg.model.gradient_checkpointing:  # each block's input, and one block recomputed at a time
         return rows * tokens * (shape.layers * shape.width + per_layer) * e
     return rows * tokens * shape.layers * per_layer * e
@@ -189,7 +192,8 @@ def estimate(
         phases.append(Phase("update", update))
     if cfg.sft.steps:
         sft_rows = cfg.sft.batch_size / workers
-        sft = {**held, **in_flight, **casts}
+        before_grpo = {k: v for k, v in held.items() if k != "KL reference copy"}  # built as GRPO starts
+        sft = {**before_grpo, **in_flight, **casts}
         sft["activations"] = _activations(cfg, shape, sft_rows, tokens, e)
         sft["logits"] = sft_rows * tokens * shape.vocab * 4 * LOGIT_COPIES
         phases.append(Phase("sft", sft))

@@ -36,6 +36,7 @@ class ModelShape:
     vocab: int
     reference_copy: bool  # the KL reference is a copy (else: the policy with its adapter off)
     unshardable: str | None = None  # why fsdp cannot shard it per block (None: it can)
+    gated_mlp: bool = False  # a gate and an up projection (SwiGLU: Llama, Qwen, Mistral), else one
 
 
 def _counts(module: nn.Module) -> tuple[int, int, int, int, str | None]:
@@ -110,9 +111,10 @@ def _hf(cfg: ServiceConfig) -> ModelShape:
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * width
     copy = lora is None or cfg.model.reference == "adapter"
+    gated = any(name.rsplit(".", 1)[-1] == "gate_proj" for name, _ in model.named_modules())
     return ModelShape(
         total, trainable, block, root, int(config.num_hidden_layers), width, int(mlp), heads,
-        kv_heads * head_size, int(config.vocab_size), reference_copy=copy, unshardable=why,
+        kv_heads * head_size, int(config.vocab_size), reference_copy=copy, unshardable=why, gated_mlp=gated,
     )  # fmt: skip
 
 

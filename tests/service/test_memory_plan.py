@@ -4,6 +4,8 @@ a ddp run are refused in one line before anything starts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from service.config import load_config
@@ -139,3 +141,26 @@ def test_the_plans_held_terms_are_the_bytes_a_trainer_holds_after_a_grpo_step():
         state["optimizer"],
     )
     assert held["KL reference copy"] == reference
+
+
+def test_a_gated_mlp_keeps_twice_the_mlp_activations_of_a_plain_one():
+    """Qwen2's SwiGLU keeps its gate, its up projection, the gate's activation and their product
+    for the backward; GPT-2's MLP its projection and its activation."""
+    qwen = load_config("gpt2-4090", overrides=ON_4X24)
+    shape = model_shape(qwen)
+    assert shape.gated_mlp and not model_shape(load_config("gpt2-4090"), vocab=45).gated_mlp
+    plain = estimate(qwen, dataclasses.replace(shape, gated_mlp=False)).phases
+    gated = estimate(qwen, shape).phases
+    update = {p.name: p.terms["activations"] for p in gated if "activations" in p.terms}
+    for phase in plain:
+        if "activations" in phase.terms:
+            per_layer = 14 * shape.width + 2 * shape.mlp_width
+            extra = phase.terms["activations"] * (2 * shape.mlp_width) / per_layer
+            assert update[phase.name] == pytest.approx(phase.terms["activations"] + extra), phase.name
+
+
+def test_the_sft_phase_holds_no_kl_reference_yet():
+    """The reference is built as GRPO starts (`Trainer.reference`): SFT's steps do not hold it."""
+    cfg = load_config("gpt2-4090", overrides=["scaling.device_memory_gib=24"])
+    phases = {p.name: p.terms for p in estimate(cfg, model_shape(cfg, vocab=45)).phases}
+    assert "KL reference copy" in phases["update"] and "KL reference copy" not in phases["sft"]
