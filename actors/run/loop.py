@@ -43,6 +43,7 @@ from actors.run.context import RunContext
 from actors.run.control import CHECKPOINT, ERROR, EVAL, ROLLOUTS, START, STEP, TRAIN_POLL_ENV
 from actors.run.heap import frozen_heap
 from actors.run.kept_runtime import KeptRuntime
+from actors.run.pool_roster import RosterFollower
 from actors.run.samplers import plan_steps, start_samplers
 from actors.run.step_data import StepData
 from actors.run.threads import apply_threads, choose_sampling_threads
@@ -199,7 +200,8 @@ class WorkerLoop:
             )
         self.schedule = Schedule.of(spec.trainer)
         self._pool: RewardPool | None = None
-        self._roster_version = 0  # of an autoscaled pool's roster (`RunControl.roster`) this rank follows
+        # an autoscaled pool: the workers' roster the driver publishes, followed at each GRPO step
+        self._roster = RosterFollower(control, CONTROL_TIMEOUT_S) if spec.pool.autoscale is not None else None
         self._placed: PlacedRewards | None = None
         self._kept_placement = self._checkpoint[1].get("placement") if self._checkpoint else None
         pool_cfg = spec.pool
@@ -271,7 +273,7 @@ class WorkerLoop:
         if phase == "sft":
             metrics = self.trainer.sft_step(pairs)
         else:
-            resized = self._follow_roster() if self.spec.pool.autoscale is not None else {}
+            resized = self._roster.follow(self.pool(), self.rank == 0) if self._roster is not None else {}
             rewards = None if self.trainer.episodes is not None else self.rewards()
             self.trainer.record_groups = self._rollout_groups()
             metrics = self.trainer.grpo_step(pairs, rewards, refill=lambda t: data.refill(step, t))
@@ -330,41 +332,20 @@ class WorkerLoop:
         rss = [w["rss_mb"] for w in workers if w.get("rss_mb") is not None]
         if rss:
             health["pool_worker_rss_mb_max"] = round(max(rss), 1)
-        if self.spec.pool.autoscale is not None:  # what the driver sizes the pool by
+        if self._roster is not None:  # what the driver sizes the pool by
             if (cost := stats.get("seconds_per_item")) is not None:
                 health["pool_seconds_per_item"] = cost
-            health["pool_roster_version"] = float(self._roster_version)
+            health["pool_roster_version"] = float(self._roster.version)
         for line in [*pool.take_notices(), *self._rss_watch.observe(step, pool.worker_rss_mb())]:
             self._say(line)
         return health
-
-    def _follow_roster(self) -> dict[str, Any]:
-        """An autoscaled pool: take the workers the driver lists now, before the step's first call
-        (the step's record then names the change on rank 0)."""
-        version, names, resize = ray.get(self.control.roster.remote(), timeout=CONTROL_TIMEOUT_S)
-        if version == self._roster_version:
-            return {}
-        self._roster_version = version
-        self.pool().workers.follow(names)
-        if resize is None or self.rank != 0:
-            return {}
-        return {
-            "pool_resized_from": float(resize["workers_from"]),
-            "pool_resized_to": float(resize["workers_to"]),
-            "pool_resize_step": float(resize["step"]),
-            "pool_resize_why": resize["why"],
-        }
 
     # ------------------------------------------------------------------ pieces
     def pool(self) -> RewardPool:
         """This worker's front-end to the driver's reward workers (attached on first use; an
         autoscaled pool's as its roster lists them now)."""
         if self._pool is None:
-            names = None
-            if self.spec.pool.autoscale is not None:
-                self._roster_version, names, _ = ray.get(
-                    self.control.roster.remote(), timeout=CONTROL_TIMEOUT_S
-                )
+            names = self._roster.names() if self._roster is not None else None
             # The step's rule is applied over every rank's items (`reward_failure`), not per collect.
             self._pool = RewardPool.attach(
                 self.spec.pool, run_id=self.spec.run_id, enforce_error_rate=False, names=names
