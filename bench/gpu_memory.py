@@ -7,8 +7,8 @@ written by the section, the character tokenizer) in full fine-tuning with the st
 docs' 4 x 24 GiB example, on one worker. The measured peak is the allocator's
 (`torch.cuda.max_memory_allocated`), first over the second SFT step (the first builds AdamW's
 moments), then over the GRPO steps; the plan's
-estimate beside each leaves out its process term (CUDA's context and the allocator's slack), which
-the allocator's count leaves out too. The plan is given the data's longest prompt, as `--plan` is.
+estimate beside each counts the phase's tensors; beside the allocator's reserved peak, the plan's
+phase with its term for the allocator's cached blocks, less its process term (CUDA's context). The plan is given the data's longest prompt, as `--plan` is.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _reset_peak(device: str) -> None:
 def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) -> dict[str, Any]:
     """One case: its plan and, for a fresh trainer, the peak over its SFT step and its GRPO steps."""
     from service.config import load_config, trainer_config
-    from service.memory_plan import PROCESS_BYTES, estimate, run_inputs
+    from service.memory_plan import PROCESS_BYTES, estimate, run_inputs, tensors
     from service.model_shape import model_shape
     from service.scaling_strategy import strategy_config
     from service.tasks import build_task
@@ -114,7 +114,8 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
     )
     vocab, prompt_tokens = run_inputs(cfg, task, pairs)
     plan = estimate(cfg, model_shape(cfg, vocab), prompt_tokens=prompt_tokens)
-    phases = {p.name: (p.total - PROCESS_BYTES) / 2**20 for p in plan.phases}
+    phases = {p.name: tensors(p) / 2**20 for p in plan.phases}  # against the allocated peak
+    with_cache = {p.name: (p.total - PROCESS_BYTES) / 2**20 for p in plan.phases}  # against the reserved
 
     _reset_peak(device)
     tcfg = trainer_config(cfg)
@@ -155,6 +156,7 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
         "grpo_reserved_mib": grpo_reserved / 2**20,
         "plan_sft_mib": phases.get("sft"),
         "plan_grpo_mib": grpo_plan,
+        "plan_grpo_reserved_mib": max(v for k, v in with_cache.items() if k != "sft"),
         "plan_phases_mib": phases,
         "plan_largest_term": plan.largest_term[0],
     }
@@ -181,19 +183,22 @@ def bench_gpu_memory(
         [
             "case", "parameters (M)", "SFT step s", "GRPO step s", "SFT peak (MiB)", "plan: sft (MiB)",
             "GRPO peak (MiB)", "plan: GRPO (MiB)", "GRPO peak / plan", "GRPO peak reserved (MiB)",
+            "plan: GRPO reserved (MiB)",
         ],
         [
             [
                 name, r["params"] / 1e6, r["sft_s"], r["grpo_step_s"], r["sft_peak_mib"], r["plan_sft_mib"],
                 r["grpo_peak_mib"], r["plan_grpo_mib"], r["grpo_peak_mib"] / r["plan_grpo_mib"],
-                r["grpo_reserved_mib"],
+                r["grpo_reserved_mib"], r["plan_grpo_reserved_mib"],
             ]
             for name, r in results.items()
         ],
     )  # fmt: skip
     section["data"] = {"steps": steps, "device": where, "results": results}
     section["notes"].append(
-        "peak: torch.cuda.max_memory_allocated over the step(s) (reserved: the allocator's cached blocks too); plan: service.memory_plan's phase less "
-        "its process term (CUDA's context and the allocator's slack, 1 GiB), with the data's longest prompt"
+        "peak: torch.cuda.max_memory_allocated over the step(s); plan: the tensors of service.memory_plan's "
+        "phase, with the data's longest prompt. Reserved: torch.cuda.max_memory_reserved (the allocator's "
+        "cached blocks too), against the plan's phase with its allocator term, less its process term (CUDA's "
+        "context, 1 GiB)"
     )
     return section

@@ -16,8 +16,9 @@ precision, LoRA and the sampling and batch shapes, each phase of a step is summe
   blocks (two at a time, and the root's embeddings and head) with their unsharded gradients;
 - SFT: the same for one rank's share of sft.batch_size pairs, without the KL reference (built as
   GRPO starts);
-- the process: CUDA's context and the allocator's slack on a GPU (1 GiB), the interpreter and
-  its libraries on a CPU (1 GiB).
+- the process: CUDA's context and the libraries' workspaces on a GPU (1 GiB), the interpreter and
+  its libraries on a CPU (1 GiB); on a GPU also the caching allocator's blocks beyond the live
+  tensors, 10% of a phase's tensors.
 
 The longest prompt is the data's where the caller knows it (the preflight measures the held-out
 prompts), else the most model.block_size leaves beside max_new_tokens. With model.shared_prefix
@@ -48,6 +49,11 @@ GIB = 1 << 30
 PROCESS_BYTES = GIB
 LOGIT_COPIES = 3  # fp32 logits, their log-softmax and its gradient
 MORE_WORKERS = (2, 4, 8, 16, 32, 64)
+# On a GPU, PyTorch's caching allocator reserves more than the live tensors: 5-10% more at a GRPO
+# step's peak on an H200 (`python -m bench.cuda_rows --sections gpu_memory`), counted at the top.
+ALLOCATOR_SLACK = 0.10
+ALLOCATOR_TERM = "allocator's cached blocks"
+PROCESS_TERMS = ("process (CUDA context, workspaces)", "process (interpreter, libraries)")
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,11 @@ class MemoryPlan:
     @property
     def fits(self) -> bool | None:
         return None if self.capacity is None else self.peak.total <= self.capacity
+
+
+def tensors(phase: Phase) -> float:
+    """The bytes of a phase's tensors: its total less the process's and the allocator's terms."""
+    return sum(v for k, v in phase.terms.items() if k not in (*PROCESS_TERMS, ALLOCATOR_TERM))
 
 
 def _bytes16(dtype: str) -> int:
@@ -153,7 +164,7 @@ def estimate(
         held["KL reference copy"] = p * 4 / share
     if not fsdp and workers > 1:
         held["DDP gradient buckets"] = t * 4
-    held["process (CUDA context, allocator)" if gpu else "process (interpreter, libraries)"] = PROCESS_BYTES
+    held[PROCESS_TERMS[0] if gpu else PROCESS_TERMS[1]] = PROCESS_BYTES
 
     rows = s.prompts_per_microbatch * s.group_size
     gathered_blocks = (2 * shape.largest_block + shape.root) * pb
@@ -199,6 +210,8 @@ def estimate(
         phases.append(Phase("sft", sft))
     if not phases:
         phases.append(Phase("idle", held))
+    if gpu:  # the caching allocator's blocks beyond the live tensors
+        phases = [Phase(p.name, {**p.terms, ALLOCATOR_TERM: ALLOCATOR_SLACK * tensors(p)}) for p in phases]
     capacity, where = device_capacity(cfg, workers)
     return MemoryPlan(strategy, workers, phases, capacity, where, prompt, held)
 
