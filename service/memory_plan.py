@@ -15,7 +15,8 @@ precision, LoRA and the sampling and batch shapes, each phase of a step is summe
   16-bit copies of the weights that autocast keeps for the backward, and under fsdp the gathered
   blocks (two at a time, and the root's embeddings and head) with their unsharded gradients;
 - SFT: the same for one rank's share of sft.batch_size pairs, without the KL reference (built as
-  GRPO starts);
+  GRPO starts); its step is one backward, which frees the activations as it makes the gradients,
+  so the two count once (GRPO's update accumulates over micro-batches: there they add up);
 - the process: CUDA's context and the libraries' workspaces on a GPU (1 GiB), the interpreter and
   its libraries on a CPU (1 GiB); on a GPU also the caching allocator's blocks beyond the live
   tensors, 10% of a phase's tensors.
@@ -203,10 +204,14 @@ def estimate(
         phases.append(Phase("update", update))
     if cfg.sft.steps:
         sft_rows = cfg.sft.batch_size / workers
-        before_grpo = {k: v for k, v in held.items() if k != "KL reference copy"}  # built as GRPO starts
-        sft = {**before_grpo, **in_flight, **casts}
+        # the KL reference is built as GRPO starts; the step's one backward frees the activations
+        # as it makes the gradients (the last step's were freed by zero_grad), so they count once
+        sft = {k: v for k, v in held.items() if k not in ("KL reference copy", "gradients")}
+        sft.update(in_flight, **casts)
         sft["activations"] = _activations(cfg, shape, sft_rows, tokens, e)
         sft["logits"] = sft_rows * tokens * shape.vocab * 4 * LOGIT_COPIES
+        if "gradients" in held and held["gradients"] > sft["activations"] + sft["logits"]:
+            sft["gradients beyond the activations"] = held["gradients"] - sft["activations"] - sft["logits"]
         phases.append(Phase("sft", sft))
     if not phases:
         phases.append(Phase("idle", held))
