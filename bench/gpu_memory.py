@@ -5,10 +5,10 @@ Each case is a service config trained in process as one rank trains it (`Trainer
 one worker, and a model of Qwen2-1.5B's shape (`examples/models/qwen2-1.5b-shape`, random weights
 written by the section, the character tokenizer) in full fine-tuning with the step shapes of the
 docs' 4 x 24 GiB example, on one worker. The measured peak is the allocator's
-(`torch.cuda.max_memory_allocated`), first over the second SFT step (the first builds AdamW's
-moments), then over the GRPO steps; the plan's
-estimate beside each counts the phase's tensors; beside the allocator's reserved peak, the plan's
-phase with its term for the allocator's cached blocks, less its process term (CUDA's context). The plan is given the data's longest prompt, as `--plan` is.
+(`torch.cuda.max_memory_allocated`), over the second SFT step (the first builds AdamW's moments),
+then over the GRPO steps, beside the tensors the plan counts for that phase; the allocator's
+reserved peak is set beside the plan's phase with its term for the allocator's cached blocks, less
+its process term (CUDA's context). The plan is given the data's longest prompt, as `--plan` is.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,16 +161,15 @@ def measure_case(case: Case, model_dir: Path | None, device: str, steps: int) ->
     }
 
 
-def bench_gpu_memory(
-    steps: int = 2, device: str = "cuda", chosen: Callable[[Case], bool] = lambda c: True
-) -> dict:
+def bench_gpu_memory(steps: int = 2, device: str = "cuda") -> dict[str, Any]:
+    """The section: each case in turn, each with a fresh trainer (and model directory)."""
     section = new_section("gpu_memory", TITLE)
     if device == "cuda" and not torch.cuda.is_available():
         section["status"] = "skipped"
         section["error"] = "no CUDA device"
         return section
     results = {}
-    for case in filter(chosen, cases(device)):
+    for case in cases(device):
         with tempfile.TemporaryDirectory(prefix="bench-gpu-memory-") as tmp:
             model_dir = write_random_hf_model(case.hf_shape, Path(tmp), device) if case.hf_shape else None
             results[case.name] = measure_case(case, model_dir, device, steps)
