@@ -11,7 +11,10 @@ not carry the norm's rounding into the weights):
 - a resume under FSDP at world 2: every record of the continuation equal to the run that never
   stopped. Under DDP at world 1: the state it loads equal, the records' figures of the whole step
   within 1e-5 relative (one rank sums every micro-batch's loss where two ranks summed halves), and
-  the weights after the continuation within 1e-3 x lr of the run that never stopped. The update's
+  the weights after the continuation within 1e-3 x lr of the run that never stopped (2e-5 x lr
+  seen), the attention's key bias within 1e-2 x lr (1.5e-3 x lr seen): softmax ignores a shift
+  common to every score, so that bias's gradient is rounding alone, which AdamW's g / (|g| + eps)
+  turns into steps of a sizeable share of lr whose size depends on the order of the sums. The update's
   own sums (`kl`, `entropy`, `clip_frac`, `tokens`, `sampler_logprob_gap`) are rank 0's rows at world
   2, so they are compared between runs of one world size only.
 """
@@ -209,5 +212,9 @@ def test_a_sharded_checkpoint_resumes_under_ddp_at_world_1(runs):
                 assert b[key] == value, key
     lr = CFG.optim.lr
     for name, w in each["fsdp"]["weights"].items():
-        diff = float((trainer.model.state_dict()[name] - w).abs().max())
-        assert diff <= 1e-3 * lr, (name, diff)
+        diff = (trainer.model.state_dict()[name] - w).abs()
+        if name.endswith("attn.c_attn.bias"):  # [query | key | value]: the key third apart
+            key = slice(w.numel() // 3, 2 * w.numel() // 3)
+            assert float(diff[key].max()) <= 1e-2 * lr, (name, "key", float(diff[key].max()))
+            diff[key] = 0
+        assert float(diff.max()) <= 1e-3 * lr, (name, float(diff.max()))

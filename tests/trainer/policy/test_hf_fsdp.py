@@ -5,9 +5,11 @@ records of DDP at world 2, and decode the tokens of the whole policy.
 Compared as in `tests/trainer/test_fsdp.py` (fp32, clipping off), with one more source of rounding:
 the shared-prefix forward (`trainer.policy.hf_shared_prefix`) runs each decoder layer twice, and
 FSDP reduces a layer's gradient once per run where DDP adds the two runs' parts first (with
-model.shared_prefix off the weights come out equal). So: the weights within 1e-5 x lr (1.1e-8 x lr
-seen) and the records' figures within 1e-5 relative (2e-7 seen) or 1e-7 absolute (the
-sampler's log-prob gap is itself a rounding-level figure).
+model.shared_prefix off the weights come out equal), and AdamW's first step, g / (|g| + eps), scales
+that rounding up where a gradient is small. So: the weights within 1e-4 x lr (1.1e-8 x lr seen on
+an Intel Xeon, 2.3e-5 x lr on an AMD EPYC: each CPU's kernels sum in their own order) and the
+records' figures within 1e-5 relative (2e-7 seen) or 1e-7 absolute (the sampler's log-prob gap is
+itself a rounding-level figure).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def test_fsdp_updates_an_hf_policy_as_ddp_does(runs, variant):
                 ), key
     lr = _cfg("", variant).optim.lr
     for name, w in fsdp["weights"].items():
-        torch.testing.assert_close(w, ddp["weights"][name], rtol=0, atol=1e-5 * lr, msg=name)
+        torch.testing.assert_close(w, ddp["weights"][name], rtol=0, atol=1e-4 * lr, msg=name)
     assert fsdp["sharding"]["sharded"] and not ddp["sharding"]["sharded"]
     assert fsdp["sharding"]["trained"] == ddp["sharding"]["trained"]
 
