@@ -116,8 +116,10 @@ def _registered_step(run_dir: Path) -> int | None:
 
 def test_a_killed_run_is_resumed_taking_over_its_lock(tmp_path):
     run_dir = tmp_path / "killed"
-    sets = ("grpo.steps=60", "grpo.eval_every=20")  # steps enough that the kill lands mid-run
-    total = 6 + 60
+    # The kill lands at the first checkpoint registered (a checkpoint every 4 steps) and the ranks
+    # stop at the next one: 20 GRPO steps leave the resume most of the run.
+    sets = ("grpo.steps=20", "grpo.eval_every=10")
+    total = 6 + 20
     with driver_run(train_argv(run_dir, sets), tmp_path / "killed.log") as run:
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while _registered_step(run_dir) is None and run.proc.poll() is None and time.monotonic() < deadline:
