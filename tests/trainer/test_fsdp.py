@@ -13,10 +13,10 @@ not carry the norm's rounding into the weights):
   within 1e-5 relative (one rank sums every micro-batch's loss where two ranks summed halves), and
   the weights after the continuation within 1e-3 x lr of the run that never stopped (2e-5 x lr
   seen), the attention's key bias within 1e-2 x lr (1.5e-3 x lr seen): softmax ignores a shift
-  common to every score, so that bias's gradient is rounding alone, which AdamW's g / (|g| + eps)
-  turns into steps of a sizeable share of lr whose size depends on the order of the sums. The update's
-  own sums (`kl`, `entropy`, `clip_frac`, `tokens`, `sampler_logprob_gap`) are rank 0's rows at world
-  2, so they are compared between runs of one world size only.
+  common to every score, so that bias's gradient is rounding alone, which AdamW's
+  g / (|g| + eps) turns into steps of a sizeable share of lr whose size depends on the order of
+  the sums. The update's own sums (`kl`, `entropy`, `clip_frac`, `tokens`, `sampler_logprob_gap`)
+  are rank 0's rows at world 2, so they are compared between runs of one world size only.
 """
 
 from __future__ import annotations
