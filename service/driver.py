@@ -11,174 +11,39 @@ the run directory and the job log, and turns SIGTERM (what `ray job stop` sends,
 or Ctrl-C into a stop request: the workers finish the current step, checkpoint and return. With
 `run.backend: local` that thread runs the one rank's loop itself (`actors.run.LocalRun`): the
 same control actor, reward pool, records and console, without Ray Train's start-up.
+
+Ray is joined or started in `service.ray_start`; what `fit()` is called on is built in
+`service.run_backend`; the signals are caught by `service.stop_signals`.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import os
-import signal
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import ray
 
 from actors.pool.reward_pool import RewardPool
 from actors.pool.worker_pool import WorkerPool
-from actors.run.control import STEP, TRAIN_POLL_DEFAULT_S, TRAIN_POLL_ENV, start_run_control
+from actors.run.control import STEP, start_run_control
 from actors.run.loop import LoopSpec
 from actors.run.omp_env import apply_wait_policy, cluster_wait_policy
-from service.config import ConfigError, ServiceConfig, prompt_format, trainer_config
-from service.console import Console, Verbosity, is_terminal, make_console
-from service.console.ray_logs import filter_worker_lines, quiet_driver_loggers
+from service.config import ServiceConfig, prompt_format, trainer_config
+from service.console import Console, make_console
 from service.loggers import open_loggers
 from service.pool_resizer import PoolResizer, cluster_demand, starting_pool
-from service.preflight.relations import cpus_needed, pool_workers_at_most
-from service.ray_group import own_process_groups
+from service.ray_start import init_ray
 from service.recorder import RunRecorder
 from service.report import load_plotting, write_html_report, write_report
-from service.run_backend import local_checkpoints_problem, local_run
-from service.run_files import CHECKPOINT_DIR
+from service.run_backend import build_run, checkpoint_root
 from service.scaling_strategy import strategy_config
+from service.stop_signals import StopSignals
 from service.tasks import Task
 from trainer.checkpoint import CheckpointWriteError, write_failure_message
 from trainer.data.pairs import Pair
 from trainer.schedule import Schedule
 
 POLL_INTERVAL_S = 0.2
-PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # ray.train.v2's constants
-CHECKPOINT_RUN_NAME = CHECKPOINT_DIR  # Ray Train's experiment name: <root>/checkpoints/step_*
-
-
-def checkpoint_root(cfg: ServiceConfig) -> Path:
-    """Where Ray Train keeps the checkpoints: <storage_path>/<run id>/checkpoints, else <run dir>/checkpoints."""
-    if cfg.run.storage_path:
-        return Path(cfg.run.storage_path).expanduser().resolve() / str(cfg.run.name) / CHECKPOINT_DIR
-    return Path(str(cfg.run.run_dir)) / CHECKPOINT_DIR
-
-
-def custom_resources_needed(cfg: ServiceConfig) -> dict[str, float]:
-    """Custom resources the trainer group and the reward pool take together (`*.resources*` keys)."""
-    needed: dict[str, float] = {}
-    for count, each in (
-        (cfg.scaling.num_workers, cfg.scaling.resources_per_worker),
-        (pool_workers_at_most(cfg), cfg.pool.resources),
-    ):
-        for name, amount in each.items():
-            needed[name] = needed.get(name, 0.0) + count * amount
-    return needed
-
-
-def local_node_labels(cfg: ServiceConfig) -> dict[str, str]:
-    """Labels that let one embedded node satisfy the plain `key: value` selectors of both groups."""
-    labels = dict(cfg.scaling.label_selector)
-    labels.update(cfg.pool.label_selector)
-    return {k: v for k, v in labels.items() if not v.startswith("!") and not v.endswith(")")}
-
-
-def init_ray(cfg: ServiceConfig, console: Console) -> bool:
-    """Join the cluster in RAY_ADDRESS (set under `ray job submit`) or start a local one; True if started here.
-
-    Never `ray.init()` without an address: that would join any cluster running on this machine.
-    Unless `--verbose`, Ray's INFO lines are off and its chatter filtered (`service.console.ray_logs`).
-    """
-    verbose = getattr(console, "verbosity", None) is Verbosity.VERBOSE
-    quiet = getattr(console, "verbosity", None) is Verbosity.QUIET
-    level = logging.INFO if verbose else logging.WARNING
-    if not verbose:
-        quiet_driver_loggers()
-    os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_DEFAULT_S)  # a user's own value wins
-    if not is_terminal(sys.stdout):  # a job log or a file: Ray's worker-line prefixes without colour codes
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    address = os.environ.get("RAY_ADDRESS")
-    if address:
-        context = ray.init(address=address, log_to_driver=True, logging_level=level)
-        started = False
-    else:
-        apply_wait_policy(cfg.scaling)  # the local workers inherit it
-        # Ray Train's preemption watcher (an actor polling for nodes being drained) has nothing to
-        # watch on a node this process starts and ends: no autoscaler drains it. A user's value wins.
-        os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
-        num_cpus = cfg.run.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed(cfg)))
-        # One node plays every role: it offers the custom resources and labels the run asks for.
-        # Its processes lead groups of their own: a signal to the driver's group is the driver's.
-        with own_process_groups():
-            context = ray.init(
-                address="local", num_cpus=num_cpus, include_dashboard=cfg.run.dashboard,
-                resources=custom_resources_needed(cfg) or None, labels=local_node_labels(cfg) or None,
-                log_to_driver=True, logging_level=level,
-            )  # fmt: skip
-        started = True
-    if not verbose:
-        filter_worker_lines(console.external_output, quiet=quiet)
-    if url := getattr(context, "dashboard_url", None):  # Ray's own line saying it is filtered above
-        console.header(f"[train] Ray dashboard: {url if '://' in url else 'http://' + url}")
-    if not started:
-        _warn_if_short(cfg, console)
-    return started
-
-
-def _warn_if_short(cfg: ServiceConfig, console: Console) -> None:
-    """A cluster that lacks the run's resources now may still get them from an autoscaler: warn only."""
-    have = ray.cluster_resources()
-    gpus = cfg.scaling.num_workers * cfg.scaling.gpus_per_worker if cfg.scaling.use_gpu else 0.0
-    needed = {"CPU": cpus_needed(cfg), "GPU": gpus, **custom_resources_needed(cfg)}
-    short = {name: amount for name, amount in needed.items() if have.get(name, 0.0) < amount}
-    if short:
-        asked = ", ".join(f"{amount:g} {name}" for name, amount in needed.items() if amount)
-        has = ", ".join(f"{have.get(name, 0.0):g} {name}" for name in needed if needed[name])
-        console.warning(f"the run asks for {asked}; the cluster has {has} now (waiting for more)")
-
-
-def build_run(
-    cfg: ServiceConfig,
-    spec: LoopSpec,
-    control: Any,
-    console: Console,
-    worker_env: dict[str, str] | None = None,
-) -> Any:
-    """What the run's thread calls `fit()` on: Ray Train's TorchTrainer, or with `run.backend: local`
-    the loop in this process (`service.run_backend`: no Ray Train controller or worker actors).
-    worker_env: variables for the trainer workers' runtime_env (OpenMP's, on a cluster joined)."""
-    root = checkpoint_root(cfg)
-    if cfg.run.backend == "local":
-        return local_run(cfg, spec, control, console, root)
-    if problem := local_checkpoints_problem(root):
-        raise ConfigError(problem)
-    return build_trainer(cfg, spec, control, worker_env)
-
-
-def build_trainer(cfg: ServiceConfig, spec: LoopSpec, control: Any, worker_env: dict[str, str] | None = None):
-    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from actors.run.ray_context import train_loop_per_worker
-
-    resources = {"CPU": cfg.scaling.cpus_per_worker, **cfg.scaling.resources_per_worker}
-    if cfg.scaling.use_gpu:
-        resources["GPU"] = cfg.scaling.gpus_per_worker
-    root = checkpoint_root(cfg)
-    return TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"spec": spec, "control": control},
-        scaling_config=ScalingConfig(
-            num_workers=cfg.scaling.num_workers,
-            use_gpu=cfg.scaling.use_gpu,
-            resources_per_worker=resources,
-            label_selector=dict(cfg.scaling.label_selector) or None,
-        ),
-        run_config=RunConfig(
-            name=root.name,
-            storage_path=str(root.parent),
-            failure_config=FailureConfig(max_failures=cfg.run.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.checkpoint.keep_last),
-            logging_config=LoggingConfig(log_level="WARNING"),
-            worker_runtime_env={"env_vars": dict(worker_env)} if worker_env else None,
-        ),
-    )
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -195,30 +60,6 @@ def _last_line(exc: BaseException) -> str:
     """The last line of an exception's text, its runs of blanks (tabs from Ray) made one space."""
     lines = str(exc).strip().splitlines()
     return " ".join(lines[-1].split()) if lines else ""
-
-
-class StopSignals:
-    """SIGTERM / SIGINT set a flag (the first one); a second one falls back to the default action."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.reason is None:
-            self.reason = f"received {signal.Signals(signum).name}"
-            return
-        self.restore()
-        signal.raise_signal(signum)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
 
 class RunDriver:

@@ -261,7 +261,7 @@ def test_unknown_task_is_refused_naming_the_tasks():
 
 
 def test_the_embedded_ray_offers_what_the_placement_keys_ask_for():
-    from service.driver import custom_resources_needed, local_node_labels
+    from service.ray_start import custom_resources_needed, local_node_labels
 
     cfg = load_config(
         "smoke",
@@ -318,7 +318,7 @@ def test_the_fen_weights_written_under_reward_load_where_they_are_now(tmp_path):
 
 
 def test_ray_trains_workers_get_the_wait_policys_environment_on_a_cluster_joined():
-    from service.driver import build_trainer
+    from service.run_backend import build_trainer
 
     cfg = load_config("smoke", None, ["run.name=omp", "run.run_dir=/tmp/omp-env-run"])
     passive = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}

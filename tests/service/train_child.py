@@ -44,7 +44,7 @@ def shared_env(**extra: str) -> dict[str, str]:
     """
     from actors.run.omp_env import resolve_wait_policy
     from service.config import ScalingConfig
-    from service.driver import PREEMPTION_WATCHER_ENV
+    from service.ray_start import PREEMPTION_WATCHER_ENV
 
     if not _shared:
         head_env, _ = resolve_wait_policy(
