@@ -45,7 +45,6 @@ MODULE_TIERS: dict[str, str] = {
     "service/test_train_smoke.py": "e2e",
     "service/test_train_hf.py": "e2e",
     "service/test_train_text.py": "e2e",
-    "service/test_train_ddp.py": "e2e",
     "service/test_console_run.py": "e2e",
     "service/test_move_task.py": "e2e",
     "service/test_client_cluster.py": "e2e",

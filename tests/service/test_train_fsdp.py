@@ -1,28 +1,26 @@
-"""FSDP through Ray Train on CPU: 2 gloo workers under fsdp make the steps of 2 under ddp, each
-holding half the training state.
+"""The `smoke` preset's trainer under fsdp at world 2 makes the steps of ddp at world 2, each rank
+holding half the training state, and what the memory plan says it holds.
 
-The same function runs as a Ray Train `TorchTrainer` group of 2 CPU workers twice, once per
-strategy: the `smoke` preset's trainer (6 SFT steps of 16 pairs, 4 GRPO steps of 4 prompts x 4,
-fp32) with the FEN reward in process. Its records are compared within float rounding (the
-sharded gradient norm sums its parts in another order, and clipping carries that into the
-weights: 1e-5 relative), and each rank's parameter + gradient + optimiser bytes
-(`trainer.strategy.footprint`) are measured after the last step: the two fsdp ranks hold one copy
-between them, each about half of a ddp rank's, and each rank holds what the memory plan's terms
-(weights, gradients, AdamW's moments) say it holds.
+The same function runs in 2 spawned gloo ranks, once per strategy: the preset's trainer (6 SFT
+steps of 16 pairs, 4 GRPO steps of 4 prompts x 4, fp32) with the FEN reward in process. Its
+records are compared within float rounding (the sharded gradient norm sums its parts in another
+order, and clipping carries that into the weights: 1e-5 relative), and each rank's parameter +
+gradient + optimiser bytes (`trainer.strategy.footprint`) are measured after the last step: the
+two fsdp ranks hold one copy between them, each about half of a ddp rank's, and each rank holds
+what the memory plan's terms (weights, gradients, AdamW's moments) say it holds. The same
+strategies through Ray Train, in whole runs: `test_train_fsdp_runs.py`.
 """
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-import ray
 import torch
 
 from rewards import score_totals
 from service.config import load_config, trainer_config
 from service.memory_plan import estimate
 from service.model_shape import model_shape
+from tests.trainer.ranks import spawn_ranks
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.distributed import gather_json
 from trainer.engine import Trainer
@@ -57,36 +55,16 @@ def smoke_steps(strategy: str, out_path: str) -> None:
         torch.save({"records": records, "footprints": footprints, "world": trainer.world}, out_path)
 
 
-def _worker(config: dict) -> None:
-    smoke_steps(config["strategy"], config["out"])
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # not importable in Ray's workers
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def runs(local_ray, tmp_path_factory):
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    tmp = tmp_path_factory.mktemp("fsdp_ray")
-    out = {}
+def _both_strategies(rank: int, world: int, out_dir: str) -> None:
     for strategy in ("ddp", "fsdp"):
-        path = tmp / f"{strategy}.pt"
-        TorchTrainer(
-            _worker,
-            train_loop_config={"strategy": strategy, "out": str(path)},
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
-            run_config=RunConfig(name=f"{strategy}-check", storage_path=str(tmp / "ray")),
-        ).fit()
-        out[strategy] = torch.load(path)
-    return out
+        smoke_steps(strategy, f"{out_dir}/{strategy}.pt")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fsdp_smoke")
+    spawn_ranks(_both_strategies, str(tmp / "rendezvous"), (str(tmp),))
+    return {strategy: torch.load(tmp / f"{strategy}.pt") for strategy in ("ddp", "fsdp")}
 
 
 def test_smoke_under_fsdp_makes_the_steps_of_ddp(runs):

@@ -1,8 +1,9 @@
-"""DDP through Ray Train on CPU: 2 gloo workers with a global batch B make the same update as 1 worker with B.
+"""DDP on CPU: 2 gloo ranks with a global batch B make the same update as 1 worker with B.
 
-The same function runs twice: in this process as a single worker (no torch.distributed), and as
-a Ray Train `TorchTrainer` group of 2 CPU workers, where the trainer wraps DDP itself and each
-rank takes its half of every step. It makes one SFT step on B pairs and then one GRPO update on
+The same function runs twice: in this process as a single worker (no torch.distributed), and in 2
+spawned gloo ranks, where the trainer wraps DDP itself and each rank takes its half of every step
+(as in a Ray Train worker group, whose whole runs at world 2 `tests/service/test_train_fsdp_runs.py`
+checks). It makes one SFT step on B pairs and then one GRPO update on
 P prompts x K completions. Sampling is seeded per prompt, so rank r's rollouts are exactly rows
 of the single worker's; only the arithmetic differs (per-rank sums, then gloo all-reduce).
 
@@ -17,13 +18,11 @@ What is compared, and within what:
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-import ray
 import torch
 
 from rewards import score_batch
+from tests.trainer.ranks import spawn_ranks
 from trainer.config import TrainerConfig
 from trainer.data.chess_games import CHESS_ALPHABET, generate_pairs
 from trainer.distributed import rank_and_world, shard
@@ -127,18 +126,8 @@ def _sampled_by_the_service_path(trainer: Trainer, prompts: list, rank: int, wor
     return [text for texts in gathered for text in texts]
 
 
-def _ray_train_worker(config: dict) -> None:
-    one_sft_and_one_grpo_update(config["out"])
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    # This test module is not importable in Ray's workers: ship its functions by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    ray.shutdown()
+def _rank(rank: int, world: int, out_path: str) -> None:
+    one_sft_and_one_grpo_update(out_path)
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -146,18 +135,10 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def test_two_gloo_workers_make_the_single_worker_update(local_ray, tmp_path):
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
+def test_two_gloo_workers_make_the_single_worker_update(tmp_path):
     single_path, ddp_path = tmp_path / "single.pt", tmp_path / "ddp.pt"
     one_sft_and_one_grpo_update(str(single_path))
-    TorchTrainer(
-        _ray_train_worker,
-        train_loop_config={"out": str(ddp_path)},
-        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name="ddp-check", storage_path=str(tmp_path / "ray")),
-    ).fit()
+    spawn_ranks(_rank, str(tmp_path / "rendezvous"), (str(ddp_path),))
     single, ddp = torch.load(single_path), torch.load(ddp_path)
 
     assert float(single["empty_update"]) == 0.0, "the GRPO batch must have groups with reward variance"
@@ -188,7 +169,7 @@ def test_two_gloo_workers_make_the_single_worker_update(local_ray, tmp_path):
 
 
 def test_the_gradient_comparison_would_see_a_rank_missing_from_the_sum():
-    """Power check, without Ray: the gradient of half the batch (one rank alone, as if the
+    """Power check: the gradient of half the batch (one rank alone, as if the
     all-reduce were missing) differs from the full batch's far beyond the tolerance above."""
     cfg = TrainerConfig.model_validate(CONFIG)
     pairs = generate_pairs(SFT_PAIRS, seed=11, min_plies=1, max_plies=3)
