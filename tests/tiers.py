@@ -37,7 +37,6 @@ MODULE_TIERS: dict[str, str] = {
     "faults/test_faults_memory.py": "soak",
     "actors/pool/test_move_pool.py": "ray",
     "actors/pool/test_placement.py": "ray",
-    "actors/pool/test_pool_deadlines.py": "ray",
     "actors/pool/test_pool_faults.py": "ray",
     "actors/pool/test_pool_waiting_rewards.py": "ray",
     "actors/pool/test_pool_watch.py": "ray",
