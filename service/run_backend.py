@@ -39,7 +39,7 @@ def build_run(
     worker_env: dict[str, str] | None = None,
 ) -> Any:
     """What the run's thread calls `fit()` on: Ray Train's TorchTrainer, or with `run.backend: local`
-    the loop in this process (`service.run_backend`: no Ray Train controller or worker actors).
+    the loop in this process (`local_run`: no Ray Train controller or worker actors).
     worker_env: variables for the trainer workers' runtime_env (OpenMP's, on a cluster joined)."""
     root = checkpoint_root(cfg)
     if cfg.run.backend == "local":

@@ -3,9 +3,9 @@
 The same function runs twice: in this process as a single worker (no torch.distributed), and in 2
 spawned gloo ranks, where the trainer wraps DDP itself and each rank takes its half of every step
 (as in a Ray Train worker group, whose whole runs at world 2 `tests/service/test_train_fsdp_runs.py`
-checks). It makes one SFT step on B pairs and then one GRPO update on
-P prompts x K completions. Sampling is seeded per prompt, so rank r's rollouts are exactly rows
-of the single worker's; only the arithmetic differs (per-rank sums, then gloo all-reduce).
+checks). It makes one SFT step on B pairs and then one GRPO update on P prompts x K completions.
+Sampling is seeded per prompt, so rank r's rollouts are exactly rows of the single worker's; only
+the arithmetic differs (per-rank sums, then gloo all-reduce).
 
 What is compared, and within what:
 - the gradients (gradient clipping is off, so `.grad` after the step is the raw global gradient)
